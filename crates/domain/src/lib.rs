@@ -1,0 +1,1 @@
+//! libvirt domain XML for guest interfaces, and the QEMU command line for local guests

@@ -1,0 +1,1 @@
+//! The Linux edge: network namespaces, netlink links/addresses/routes, TAP, sysctl

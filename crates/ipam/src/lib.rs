@@ -1,0 +1,1 @@
+//! Cluster IPAM: ranges, allocation over compare-and-swap reservations, IPAMClaims, GC

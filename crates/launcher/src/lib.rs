@@ -1,0 +1,1 @@
+//! Launcher wiring: bridge and masquerade binding plans, nftables rule sets, and the executor

@@ -1,0 +1,195 @@
+//! Typed access to the store for any [`Resource`].
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+
+use crate::{ListOptions, Object, Resource, Store, StoreError, WatchEvent};
+
+/// How many times [`Api::modify`] retries a lost compare-and-swap before giving up.
+const MODIFY_ATTEMPTS: usize = 16;
+
+/// Typed handle on one kind, in one namespace (or all namespaces / cluster scope).
+pub struct Api<T> {
+    store: Arc<dyn Store>,
+    namespace: Option<String>,
+    _kind: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for Api<T> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            namespace: self.namespace.clone(),
+            _kind: PhantomData,
+        }
+    }
+}
+
+impl<T: Resource> Api<T> {
+    /// Objects of `T` in `namespace`.
+    pub fn namespaced(store: Arc<dyn Store>, namespace: &str) -> Self {
+        Self {
+            store,
+            namespace: Some(namespace.into()),
+            _kind: PhantomData,
+        }
+    }
+    /// Objects of `T` in every namespace (lists and watches), or cluster-scoped objects.
+    pub fn all(store: Arc<dyn Store>) -> Self {
+        Self {
+            store,
+            namespace: None,
+            _kind: PhantomData,
+        }
+    }
+    /// The store behind this handle.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    fn ns_for(&self, obj_ns: Option<&str>) -> Option<String> {
+        obj_ns.map(Into::into).or_else(|| self.namespace.clone())
+    }
+
+    /// One object, or `None`.
+    pub async fn get(&self, name: &str) -> Result<Option<T>, StoreError> {
+        let ty = T::resource_type();
+        match self.store.get(&ty, self.namespace.as_deref(), name).await? {
+            Some(obj) => obj.to_typed().map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// One object, or [`StoreError::NotFound`].
+    pub async fn get_required(&self, name: &str) -> Result<T, StoreError> {
+        self.get(name).await?.ok_or_else(|| StoreError::NotFound {
+            kind: T::KIND.into(),
+            key: T::resource_type().key(self.namespace.as_deref(), name),
+        })
+    }
+
+    /// Every selected object.
+    pub async fn list(&self, opts: &ListOptions) -> Result<Vec<T>, StoreError> {
+        let ty = T::resource_type();
+        let list = self.store.list(&ty, self.namespace.as_deref(), opts).await?;
+        list.items.iter().map(Object::to_typed).collect()
+    }
+
+    /// Create `value` (its namespace defaults to this handle's).
+    pub async fn create(&self, value: &T) -> Result<T, StoreError> {
+        let mut obj = Object::from_typed(value)?;
+        obj.metadata.namespace = self
+            .ns_for(obj.metadata.namespace.as_deref())
+            .filter(|_| T::NAMESPACED);
+        self.store.create(&T::resource_type(), obj).await?.to_typed()
+    }
+
+    /// Replace `value` (compare-and-swap when it carries a resourceVersion).
+    pub async fn replace(&self, value: &T) -> Result<T, StoreError> {
+        let obj = Object::from_typed(value)?;
+        self.store.update(&T::resource_type(), obj).await?.to_typed()
+    }
+
+    /// Replace `value`'s status (compare-and-swap when it carries a resourceVersion).
+    pub async fn replace_status(&self, value: &T) -> Result<T, StoreError> {
+        let obj = Object::from_typed(value)?;
+        self.store
+            .update_status(&T::resource_type(), obj)
+            .await?
+            .to_typed()
+    }
+
+    /// Delete by name; `Ok(None)` when it did not exist.
+    pub async fn delete(&self, name: &str) -> Result<Option<T>, StoreError> {
+        let ty = T::resource_type();
+        match self
+            .store
+            .delete(&ty, self.namespace.as_deref(), name, None)
+            .await?
+        {
+            Some(obj) => obj.to_typed().map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Read-modify-write with compare-and-swap, retried on conflict. `change` returns `false`
+    /// to leave the object as it is (no write). The object must exist.
+    pub async fn modify(&self, name: &str, change: impl FnMut(&mut T) -> bool) -> Result<T, StoreError> {
+        self.modify_inner(name, false, change).await
+    }
+
+    /// Like [`Api::modify`] but writes through the status subresource (status, labels, annotations).
+    pub async fn modify_status(
+        &self,
+        name: &str,
+        change: impl FnMut(&mut T) -> bool,
+    ) -> Result<T, StoreError> {
+        self.modify_inner(name, true, change).await
+    }
+
+    async fn modify_inner(
+        &self,
+        name: &str,
+        status: bool,
+        mut change: impl FnMut(&mut T) -> bool,
+    ) -> Result<T, StoreError> {
+        let mut attempt = 0;
+        loop {
+            let mut current = self.get_required(name).await?;
+            if !change(&mut current) {
+                return Ok(current);
+            }
+            let result = if status {
+                self.replace_status(&current).await
+            } else {
+                self.replace(&current).await
+            };
+            match result {
+                Err(e) if e.is_conflict() && attempt + 1 < MODIFY_ATTEMPTS => {
+                    attempt += 1;
+                    let jitter = rand::random::<u64>() % 5;
+                    tokio::time::sleep(Duration::from_millis(2 * attempt as u64 + jitter)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Typed watch of changes after `resource_version` (or from the current state).
+    pub async fn watch(
+        &self,
+        opts: &ListOptions,
+        resource_version: Option<&str>,
+    ) -> Result<BoxStream<'static, Result<TypedEvent<T>, StoreError>>, StoreError> {
+        let ty = T::resource_type();
+        let stream = self
+            .store
+            .watch(&ty, self.namespace.as_deref(), opts, resource_version)
+            .await?;
+        Ok(stream
+            .map(|event| {
+                let event = event?;
+                Ok(match event {
+                    WatchEvent::Added(o) => TypedEvent::Added(o.to_typed()?),
+                    WatchEvent::Modified(o) => TypedEvent::Modified(o.to_typed()?),
+                    WatchEvent::Deleted(o) => TypedEvent::Deleted(o.to_typed()?),
+                })
+            })
+            .boxed())
+    }
+}
+
+/// A typed watch event.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TypedEvent<T> {
+    /// Created (or present at watch start).
+    Added(T),
+    /// Updated.
+    Modified(T),
+    /// Deleted (last state).
+    Deleted(T),
+}

@@ -1,0 +1,21 @@
+//! The cluster store: every weft component talks to "the cluster" only through [`Store`].
+//!
+//! Objects are Kubernetes-shaped ([`Object`]: apiVersion, kind, metadata with a resourceVersion,
+//! and the rest of the JSON document), so the same callers run against the embedded store
+//! (SQLite), the in-memory store used by tests, and a real Kubernetes API server (kube-rs).
+//! Typed access goes through [`Api`] for any type implementing [`Resource`].
+
+mod api;
+mod error;
+mod memory;
+mod object;
+mod select;
+pub mod semantics;
+mod store;
+
+pub use api::{Api, TypedEvent};
+pub use error::StoreError;
+pub use memory::MemoryStore;
+pub use object::{Object, ObjectMeta, OwnerReference, Resource, ResourceType, new_uid, now_rfc3339};
+pub use select::ListOptions;
+pub use store::{ObjectList, Store, WatchEvent, WatchStream};
