@@ -1,0 +1,1 @@
+//! Local guests: initramfs builder, kernel lookup, QEMU runner, serial-console reports.
