@@ -1,10 +1,16 @@
 //! NetworkAttachmentDefinitions, the networks selection annotation and network-status
 //! (the NPWG/Multus wire formats).
 
+mod annotation;
+mod hwaddr;
 mod nad;
 mod selection;
 mod status;
 
+pub use annotation::{
+    AnnotationError, is_dns1123_label, parse_default_network_annotation, parse_networks_annotation,
+};
+pub use hwaddr::parse_hardware_addr;
 pub use nad::{NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec};
 pub use selection::{Bandwidth, NetworkSelectionElement, PortMapping};
 pub use status::NetworkStatus;

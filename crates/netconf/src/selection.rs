@@ -6,32 +6,60 @@ use serde_json::{Map, Value};
 /// A network a pod asks for. Field order and names are the wire format (Go struct order).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NetworkSelectionElement {
-    /// NAD name.
+    /// NAD name (an absent or empty name is accepted here, as by Multus, and rejected at lookup).
+    #[serde(default, deserialize_with = "null_as_default")]
     pub name: String,
     /// NAD namespace (defaults to the pod's).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub namespace: String,
     /// Requested IPs (CIDR or bare address).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub ips: Vec<String>,
     /// Requested MAC.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub mac: String,
     /// Requested InfiniBand GUID.
-    #[serde(rename = "infiniband-guid", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "infiniband-guid",
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub infiniband_guid: String,
     /// Requested pod interface name.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub interface: String,
     /// Deprecated alias of `interface` (Multus before 3.2).
     #[serde(
         rename = "interfaceRequest",
         default,
+        deserialize_with = "null_as_default",
         skip_serializing_if = "String::is_empty"
     )]
     pub interface_request: String,
     /// Port mappings for this attachment.
-    #[serde(rename = "portMappings", default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        rename = "portMappings",
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub port_mappings: Vec<PortMapping>,
     /// Bandwidth limits for this attachment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -43,12 +71,18 @@ pub struct NetworkSelectionElement {
     #[serde(rename = "default-route", default, skip_serializing_if = "Option::is_none")]
     pub default_route: Option<Vec<std::net::IpAddr>>,
     /// Device id (e.g. an SR-IOV VF PCI address).
-    #[serde(rename = "deviceID", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "deviceID",
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub device_id: String,
     /// Name of the IPAMClaim holding this attachment's addresses.
     #[serde(
         rename = "ipam-claim-reference",
         default,
+        deserialize_with = "null_as_default",
         skip_serializing_if = "String::is_empty"
     )]
     pub ipam_claim_reference: String,
@@ -63,7 +97,11 @@ pub struct PortMapping {
     /// Port in the pod.
     pub container_port: i32,
     /// `tcp`, `udp`, `sctp`.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub protocol: String,
     /// Host address to bind.
     #[serde(rename = "hostIP", default, skip_serializing_if = "String::is_empty")]
@@ -86,4 +124,13 @@ pub struct Bandwidth {
     /// Egress burst.
     #[serde(default)]
     pub egress_burst: i64,
+}
+
+/// Go's `encoding/json` leaves a field untouched when the value is `null`; so do we.
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
