@@ -10,7 +10,7 @@ pub fn parse_hardware_addr(s: &str) -> Option<Vec<u8>> {
     }
     let mut out = Vec::new();
     if b[2] == b':' || b[2] == b'-' {
-        if (b.len() + 1) % 3 != 0 {
+        if !(b.len() + 1).is_multiple_of(3) {
             return None;
         }
         let n = (b.len() + 1) / 3;
@@ -26,7 +26,7 @@ pub fn parse_hardware_addr(s: &str) -> Option<Vec<u8>> {
             out.push(hex_pair(b[x], b[x + 1])?);
         }
     } else if b[4] == b'.' {
-        if (b.len() + 1) % 5 != 0 {
+        if !(b.len() + 1).is_multiple_of(5) {
             return None;
         }
         let n = 2 * (b.len() + 1) / 5;
