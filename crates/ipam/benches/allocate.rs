@@ -1,0 +1,2 @@
+//! Allocation benchmark (written in a later step).
+fn main() {}
