@@ -36,6 +36,9 @@ pub enum StoreError {
     /// The object is malformed for this operation (missing name, wrong kind, bad JSON...).
     #[error("invalid object: {0}")]
     Invalid(String),
+    /// A watch asked for changes the store no longer keeps (compacted): re-list, then watch again.
+    #[error("resourceVersion expired: {0}")]
+    Expired(String),
     /// The backend cannot be reached or is not ready.
     #[error("store unavailable: {0}")]
     Unavailable(String),
@@ -52,6 +55,10 @@ impl StoreError {
     /// True for [`StoreError::Conflict`].
     pub fn is_conflict(&self) -> bool {
         matches!(self, StoreError::Conflict { .. })
+    }
+    /// True for [`StoreError::Expired`].
+    pub fn is_expired(&self) -> bool {
+        matches!(self, StoreError::Expired(_))
     }
     /// True for [`StoreError::AlreadyExists`].
     pub fn is_already_exists(&self) -> bool {

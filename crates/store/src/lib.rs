@@ -6,11 +6,15 @@
 //! Typed access goes through [`Api`] for any type implementing [`Resource`].
 
 mod api;
+#[cfg(feature = "testing")]
+pub mod conformance;
 mod error;
 mod memory;
 mod object;
 mod select;
 pub mod semantics;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 mod store;
 
 pub use api::{Api, TypedEvent};
@@ -18,4 +22,6 @@ pub use error::StoreError;
 pub use memory::MemoryStore;
 pub use object::{Object, ObjectMeta, OwnerReference, Resource, ResourceType, new_uid, now_rfc3339};
 pub use select::ListOptions;
+#[cfg(feature = "sqlite")]
+pub use sqlite::{SqliteOptions, SqliteStore};
 pub use store::{ObjectList, Store, WatchEvent, WatchStream};

@@ -32,7 +32,10 @@ impl ListOptions {
             && self.fields.iter().all(|(path, want)| match obj.path(path) {
                 Some(Value::String(s)) => &s == want,
                 Some(Value::Null) | None => want.is_empty(),
-                Some(other) => other.to_string() == *want,
+                Some(other) => {
+                    let text = other.to_string();
+                    text == *want
+                }
             })
     }
     /// `k=v,k2=v2` form of the label selector (Kubernetes query syntax).

@@ -1,0 +1,538 @@
+//! The blocking side of the SQLite store: connections, schema and one short transaction per
+//! operation. Everything here runs on a blocking thread, never on an async worker.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params};
+use tokio::sync::watch;
+
+use super::SqliteOptions;
+use crate::semantics::{self, DeleteOutcome, UpdateOutcome};
+use crate::{ListOptions, Object, ObjectList, ResourceType, StoreError, WatchEvent};
+
+/// Bumped when the schema changes; stored in `PRAGMA user_version`.
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS weft_meta (
+    key   TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO weft_meta (key, value) VALUES ('revision', 0), ('compacted', 0);
+CREATE TABLE IF NOT EXISTS objects (
+    api_version TEXT NOT NULL,
+    kind        TEXT NOT NULL,
+    namespace   TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    rv          INTEGER NOT NULL,
+    body        TEXT NOT NULL,
+    PRIMARY KEY (api_version, kind, namespace, name)
+);
+CREATE TABLE IF NOT EXISTS changes (
+    rv          INTEGER PRIMARY KEY,
+    api_version TEXT NOT NULL,
+    kind        TEXT NOT NULL,
+    namespace   TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    event       INTEGER NOT NULL,
+    body        TEXT NOT NULL
+);
+";
+
+/// Reader connections kept open for reuse; more are opened on demand and closed after use.
+const IDLE_READERS: usize = 8;
+
+/// Most changes one watch poll reads at once.
+const POLL_BATCH: i64 = 512;
+
+/// How change-log rows name the event.
+const EVENT_ADDED: i64 = 1;
+const EVENT_MODIFIED: i64 = 2;
+const EVENT_DELETED: i64 = 3;
+
+/// The shared state of one opened store file.
+pub(super) struct Db {
+    path: PathBuf,
+    options: SqliteOptions,
+    /// Writers of this process take turns here instead of all spinning on SQLITE_BUSY.
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+    /// The last revision this process committed: wakes local watchers without waiting for a poll.
+    committed: watch::Sender<u64>,
+}
+
+/// Key of an object row; cluster-scoped objects use the empty namespace.
+struct RowKey<'a> {
+    api_version: &'a str,
+    kind: &'a str,
+    namespace: String,
+    name: String,
+}
+
+impl<'a> RowKey<'a> {
+    fn new(ty: &'a ResourceType, namespace: Option<&str>, name: &str) -> Self {
+        Self {
+            api_version: &ty.api_version,
+            kind: &ty.kind,
+            namespace: namespace.unwrap_or("").into(),
+            name: name.into(),
+        }
+    }
+    fn of(ty: &'a ResourceType, obj: &Object) -> Self {
+        Self::new(ty, obj.metadata.namespace.as_deref(), &obj.metadata.name)
+    }
+}
+
+fn backend(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
+    move |e| match e {
+        rusqlite::Error::SqliteFailure(code, _)
+            if matches!(
+                code.code,
+                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+            ) =>
+        {
+            StoreError::Unavailable(format!("{context}: {e}"))
+        }
+        _ => StoreError::Backend(format!("{context}: {e}")),
+    }
+}
+
+fn decode(body: &str) -> Result<Object, StoreError> {
+    serde_json::from_str(body)
+        .map_err(|e| StoreError::Backend(format!("stored object is not valid JSON: {e}")))
+}
+
+fn encode(obj: &Object) -> Result<String, StoreError> {
+    serde_json::to_string(obj).map_err(|e| StoreError::Invalid(format!("{} {}: {e}", obj.kind, obj.key())))
+}
+
+/// Parse a resourceVersion given by a caller.
+pub(super) fn parse_rv(rv: &str) -> Result<u64, StoreError> {
+    rv.parse()
+        .map_err(|_| StoreError::Invalid(format!("resourceVersion {rv:?} is not a number")))
+}
+
+fn open_connection(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
+    let context = path.display().to_string();
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    let mut conn = Connection::open_with_flags(path, flags).map_err(backend(&context))?;
+    let timeout = options.busy_timeout;
+    let mut started = Instant::now();
+    // SQLite's own busy handler sleeps 1, 2, 5, 10... ms; writers of other processes hold the lock
+    // for tens of microseconds, so short jittered naps keep throughput up under contention.
+    conn.busy_handler(Some(move |attempt: i32| {
+        if attempt == 0 {
+            started = Instant::now();
+        }
+        if started.elapsed() >= timeout {
+            return false;
+        }
+        let cap = (50 + 25 * attempt.min(78) as u64).min(2_000);
+        std::thread::sleep(Duration::from_micros(20 + rand::random::<u64>() % cap));
+        true
+    }))
+    .map_err(backend(&context))?;
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(backend(&context))?;
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(conn)
+}
+
+impl Db {
+    /// Open (creating if needed) the store file and its schema.
+    pub(super) fn open(path: &Path, options: SqliteOptions) -> Result<Self, StoreError> {
+        let context = path.display().to_string();
+        let mut writer = open_connection(path, &options)?;
+        let mode: String = writer
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(backend(&context))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Unavailable(format!(
+                "{context}: cannot switch to WAL journal mode (got {mode})"
+            )));
+        }
+        ensure_schema(&mut writer).map_err(|e| match e {
+            StoreError::Backend(m) => StoreError::Backend(format!("{context}: creating the schema: {m}")),
+            other => other,
+        })?;
+        let revision: i64 = writer
+            .query_row("SELECT value FROM weft_meta WHERE key = 'revision'", [], |r| {
+                r.get(0)
+            })
+            .map_err(backend(&context))?;
+        let (committed, _) = watch::channel(revision as u64);
+        Ok(Self {
+            path: path.to_path_buf(),
+            options,
+            writer: Mutex::new(writer),
+            readers: Mutex::new(Vec::new()),
+            committed,
+        })
+    }
+
+    pub(super) fn options(&self) -> &SqliteOptions {
+        &self.options
+    }
+
+    /// A receiver that changes whenever this process commits a write.
+    pub(super) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.committed.subscribe()
+    }
+
+    fn lock_writer(&self) -> MutexGuard<'_, Connection> {
+        self.writer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Run `read` in a read transaction (one consistent snapshot) on a pooled connection.
+    fn read<R>(&self, read: impl FnOnce(&Transaction<'_>) -> Result<R, StoreError>) -> Result<R, StoreError> {
+        let pooled = self.readers.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut conn = match pooled {
+            Some(conn) => conn,
+            None => open_connection(&self.path, &self.options)?,
+        };
+        let result = (|| {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Deferred)
+                .map_err(backend("begin read"))?;
+            let out = read(&tx)?;
+            tx.finish().map_err(backend("end read"))?;
+            Ok(out)
+        })();
+        let mut readers = self.readers.lock().unwrap_or_else(|e| e.into_inner());
+        if readers.len() < IDLE_READERS {
+            readers.push(conn);
+        }
+        result
+    }
+
+    /// Run one write in a short `BEGIN IMMEDIATE` transaction. `write` gets the revision this
+    /// write will have; when it succeeds the global revision becomes that value and the
+    /// transaction commits, when it fails nothing is changed.
+    fn write<R>(
+        &self,
+        write: impl FnOnce(&Transaction<'_>, u64) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        let mut conn = self.lock_writer();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(backend("begin write"))?;
+        let next = revision(&tx)? + 1;
+        let out = write(&tx, next)?;
+        tx.prepare_cached("UPDATE weft_meta SET value = ?1 WHERE key = 'revision'")
+            .and_then(|mut s| s.execute([next as i64]))
+            .map_err(backend("bump revision"))?;
+        if next.is_multiple_of(self.options.trim_every.max(1)) {
+            trim(&tx, next, self.options.retain_changes)?;
+        }
+        tx.commit().map_err(backend("commit"))?;
+        drop(conn);
+        self.committed.send_replace(next);
+        Ok(out)
+    }
+
+    pub(super) fn get(
+        &self,
+        ty: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Object>, StoreError> {
+        let key = RowKey::new(ty, namespace, name);
+        self.read(|tx| fetch(tx, &key))
+    }
+
+    pub(super) fn list(
+        &self,
+        ty: &ResourceType,
+        namespace: Option<&str>,
+        opts: &ListOptions,
+    ) -> Result<ObjectList, StoreError> {
+        self.read(|tx| {
+            let revision = revision(tx)?;
+            let items = select_objects(tx, ty, namespace, opts)?;
+            Ok(ObjectList {
+                items,
+                resource_version: revision.to_string(),
+            })
+        })
+    }
+
+    pub(super) fn create(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
+        semantics::check_identity(ty, &obj)?;
+        self.write(move |tx, next| {
+            let key = RowKey::of(ty, &obj);
+            let exists = tx
+                .prepare_cached(
+                    "SELECT 1 FROM objects WHERE api_version = ?1 AND kind = ?2 AND namespace = ?3 AND name = ?4",
+                )
+                .and_then(|mut s| s.exists(params![key.api_version, key.kind, key.namespace, key.name]))
+                .map_err(backend("look up object"))?;
+            if exists {
+                return Err(StoreError::AlreadyExists {
+                    kind: ty.kind.clone(),
+                    key: obj.key(),
+                });
+            }
+            let stored = semantics::created(ty, obj, next)?;
+            let body = encode(&stored)?;
+            put(tx, &key, next, &body)?;
+            log(tx, &key, next, EVENT_ADDED, &body)?;
+            Ok(stored)
+        })
+    }
+
+    pub(super) fn update(
+        &self,
+        ty: &ResourceType,
+        obj: Object,
+        status_only: bool,
+    ) -> Result<Object, StoreError> {
+        semantics::check_identity(ty, &obj)?;
+        self.write(move |tx, next| {
+            let key = RowKey::of(ty, &obj);
+            let stored = fetch(tx, &key)?.ok_or_else(|| StoreError::NotFound {
+                kind: ty.kind.clone(),
+                key: obj.key(),
+            })?;
+            match semantics::updated(ty, &stored, obj, status_only, next)? {
+                UpdateOutcome::Stored(next_obj) => {
+                    let body = encode(&next_obj)?;
+                    put(tx, &key, next, &body)?;
+                    log(tx, &key, next, EVENT_MODIFIED, &body)?;
+                    Ok(next_obj)
+                }
+                UpdateOutcome::Removed(last) => {
+                    let body = encode(&last)?;
+                    remove(tx, &key)?;
+                    log(tx, &key, next, EVENT_DELETED, &body)?;
+                    Ok(last)
+                }
+            }
+        })
+    }
+
+    pub(super) fn delete(
+        &self,
+        ty: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        precondition: Option<&str>,
+    ) -> Result<Option<Object>, StoreError> {
+        let key = RowKey::new(ty, namespace, name);
+        // Absent objects need no write lock (and no revision).
+        if self.read(|tx| fetch(tx, &key))?.is_none() {
+            return Ok(None);
+        }
+        let result = self.write(|tx, next| {
+            let Some(stored) = fetch(tx, &key)? else {
+                return Err(StoreError::NotFound {
+                    kind: ty.kind.clone(),
+                    key: ty.key(namespace, name),
+                });
+            };
+            Ok(match semantics::deleted(ty, &stored, precondition, next)? {
+                DeleteOutcome::Removed(last) => {
+                    remove(tx, &key)?;
+                    log(tx, &key, next, EVENT_DELETED, &encode(&last)?)?;
+                    last
+                }
+                DeleteOutcome::Terminating(next_obj) => {
+                    let body = encode(&next_obj)?;
+                    put(tx, &key, next, &body)?;
+                    log(tx, &key, next, EVENT_MODIFIED, &body)?;
+                    next_obj
+                }
+            })
+        });
+        match result {
+            // Deleted by someone else between the check and the write lock.
+            Err(StoreError::NotFound { .. }) => Ok(None),
+            other => other.map(Some),
+        }
+    }
+
+    /// The current objects (as `Added`) and the revision they are at, from one snapshot.
+    pub(super) fn snapshot(
+        &self,
+        ty: &ResourceType,
+        namespace: Option<&str>,
+        opts: &ListOptions,
+    ) -> Result<(Vec<WatchEvent>, u64), StoreError> {
+        let list = self.list(ty, namespace, opts)?;
+        let rv = parse_rv(&list.resource_version)?;
+        Ok((list.items.into_iter().map(WatchEvent::Added).collect(), rv))
+    }
+
+    /// Changes of `ty` (in `namespace`) after revision `after`, and the revision the caller has
+    /// now seen up to. Fails with [`StoreError::Expired`] when `after` was trimmed from the log.
+    pub(super) fn changes_after(
+        &self,
+        ty: &ResourceType,
+        namespace: Option<&str>,
+        after: u64,
+    ) -> Result<(Vec<WatchEvent>, u64), StoreError> {
+        self.read(|tx| {
+            let head = revision(tx)?;
+            if head <= after {
+                return Ok((Vec::new(), after));
+            }
+            let compacted: i64 = tx
+                .prepare_cached("SELECT value FROM weft_meta WHERE key = 'compacted'")
+                .and_then(|mut s| s.query_row([], |r| r.get(0)))
+                .map_err(backend("read compaction mark"))?;
+            if after < compacted as u64 {
+                return Err(StoreError::Expired(format!(
+                    "{} changes after resourceVersion {after} were compacted (oldest kept is {}); re-list and watch again",
+                    ty.kind,
+                    compacted + 1
+                )));
+            }
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT rv, event, body FROM changes
+                     WHERE rv > ?1 AND rv <= ?2 AND api_version = ?3 AND kind = ?4
+                       AND (?5 IS NULL OR namespace = ?5)
+                     ORDER BY rv LIMIT ?6",
+                )
+                .map_err(backend("prepare change query"))?;
+            let rows = stmt
+                .query_map(
+                    params![after as i64, head as i64, ty.api_version, ty.kind, namespace, POLL_BATCH],
+                    |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?)),
+                )
+                .map_err(backend("read changes"))?;
+            let mut events = Vec::new();
+            let mut last_rv = after;
+            for row in rows {
+                let (rv, event, body) = row.map_err(backend("read change"))?;
+                let obj = decode(&body)?;
+                last_rv = rv as u64;
+                events.push(match event {
+                    EVENT_ADDED => WatchEvent::Added(obj),
+                    EVENT_DELETED => WatchEvent::Deleted(obj),
+                    _ => WatchEvent::Modified(obj),
+                });
+            }
+            let seen = if events.len() as i64 == POLL_BATCH { last_rv } else { head };
+            Ok((events, seen))
+        })
+    }
+}
+
+fn ensure_schema(conn: &mut Connection) -> Result<(), StoreError> {
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(backend("read schema version"))?;
+    if version == SCHEMA_VERSION {
+        return Ok(());
+    }
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::Unavailable(format!(
+            "store schema version {version} is newer than this program's ({SCHEMA_VERSION})"
+        )));
+    }
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(backend("begin schema"))?;
+    tx.execute_batch(SCHEMA).map_err(backend("create tables"))?;
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+        .map_err(backend("set schema version"))?;
+    tx.commit().map_err(backend("commit schema"))
+}
+
+fn revision(tx: &Transaction<'_>) -> Result<u64, StoreError> {
+    tx.prepare_cached("SELECT value FROM weft_meta WHERE key = 'revision'")
+        .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)))
+        .map(|v| v as u64)
+        .map_err(backend("read revision"))
+}
+
+fn fetch(tx: &Transaction<'_>, key: &RowKey<'_>) -> Result<Option<Object>, StoreError> {
+    let body: Option<String> = tx
+        .prepare_cached(
+            "SELECT body FROM objects WHERE api_version = ?1 AND kind = ?2 AND namespace = ?3 AND name = ?4",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![key.api_version, key.kind, key.namespace, key.name], |r| {
+                r.get(0)
+            })
+            .optional()
+        })
+        .map_err(backend("read object"))?;
+    body.as_deref().map(decode).transpose()
+}
+
+fn select_objects(
+    tx: &Transaction<'_>,
+    ty: &ResourceType,
+    namespace: Option<&str>,
+    opts: &ListOptions,
+) -> Result<Vec<Object>, StoreError> {
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT body FROM objects WHERE api_version = ?1 AND kind = ?2 AND (?3 IS NULL OR namespace = ?3)
+             ORDER BY namespace, name",
+        )
+        .map_err(backend("prepare list"))?;
+    let rows = stmt
+        .query_map(params![ty.api_version, ty.kind, namespace], |r| {
+            r.get::<_, String>(0)
+        })
+        .map_err(backend("list objects"))?;
+    let mut items = Vec::new();
+    for body in rows {
+        let obj = decode(&body.map_err(backend("list objects"))?)?;
+        if opts.matches(&obj) {
+            items.push(obj);
+        }
+    }
+    Ok(items)
+}
+
+fn put(tx: &Transaction<'_>, key: &RowKey<'_>, rv: u64, body: &str) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO objects (api_version, kind, namespace, name, rv, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (api_version, kind, namespace, name) DO UPDATE SET rv = excluded.rv, body = excluded.body",
+    )
+    .and_then(|mut s| s.execute(params![key.api_version, key.kind, key.namespace, key.name, rv as i64, body]))
+    .map(drop)
+    .map_err(backend("write object"))
+}
+
+fn remove(tx: &Transaction<'_>, key: &RowKey<'_>) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "DELETE FROM objects WHERE api_version = ?1 AND kind = ?2 AND namespace = ?3 AND name = ?4",
+    )
+    .and_then(|mut s| s.execute(params![key.api_version, key.kind, key.namespace, key.name]))
+    .map(drop)
+    .map_err(backend("delete object"))
+}
+
+fn log(tx: &Transaction<'_>, key: &RowKey<'_>, rv: u64, event: i64, body: &str) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO changes (rv, api_version, kind, namespace, name, event, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )
+    .and_then(|mut s| {
+        s.execute(params![rv as i64, key.api_version, key.kind, key.namespace, key.name, event, body])
+    })
+    .map(drop)
+    .map_err(backend("append change"))
+}
+
+/// Drop change-log entries older than the newest `retain`, remembering where the log now starts.
+fn trim(tx: &Transaction<'_>, head: u64, retain: u64) -> Result<(), StoreError> {
+    let Some(cut) = head.checked_sub(retain.max(1)) else {
+        return Ok(());
+    };
+    tx.prepare_cached("DELETE FROM changes WHERE rv <= ?1")
+        .and_then(|mut s| s.execute([cut as i64]))
+        .map_err(backend("trim changes"))?;
+    tx.prepare_cached("UPDATE weft_meta SET value = MAX(value, ?1) WHERE key = 'compacted'")
+        .and_then(|mut s| s.execute([cut as i64]))
+        .map(drop)
+        .map_err(backend("mark compaction"))
+}
