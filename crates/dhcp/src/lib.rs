@@ -1,1 +1,22 @@
-//! DHCPv4/DHCPv6 server for guests: pure reply logic and the socket loop
+//! DHCPv4/DHCPv6 server for guests: pure reply logic and the socket loop.
+//!
+//! KubeVirt semantics (reference: kubevirt-network.md §10): one server per guest NIC, bound to the
+//! launcher bridge, answering DISCOVER with OFFER and REQUEST with ACK (or NAK) for exactly one
+//! lease, with an "infinite" 999-day lease time.
+//!
+//! Layout: [`config`] is the lease a server hands out, [`options`] the byte encodings of the
+//! options with non-trivial wire formats (119, 121), [`resolv`] turns a launcher's
+//! `/etc/resolv.conf` into DNS servers and search domains, [`v4`] is the pure reply function,
+//! [`server`] the thin socket loop that runs it, and [`v6`] the DHCPv6 counterpart for
+//! masquerade.
+
+pub mod config;
+pub mod options;
+pub mod resolv;
+pub mod server;
+pub mod v4;
+pub mod v6;
+
+pub use config::{ClasslessRoute, ConfigError, ServerConfig, masquerade_addresses};
+pub use server::{ServerHandle, bind_server_socket, serve, spawn};
+pub use v4::reply;

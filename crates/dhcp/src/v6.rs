@@ -1,0 +1,1 @@
+//! DHCPv6 for the masquerade binding (not implemented yet).
