@@ -5,6 +5,7 @@ mod args;
 mod config;
 mod convert;
 mod error;
+pub mod plugin;
 mod request;
 mod result;
 mod version;
