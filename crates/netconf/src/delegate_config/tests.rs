@@ -1,0 +1,162 @@
+use super::*;
+use serde_json::json;
+
+fn nad(ns: &str, name: &str, config: &str) -> NetworkAttachmentDefinition {
+    let mut nad = NetworkAttachmentDefinition::default();
+    nad.metadata.name = name.into();
+    nad.metadata.namespace = Some(ns.into());
+    nad.spec.config = config.into();
+    nad
+}
+
+#[test]
+fn name_is_injected_only_when_absent_or_empty() {
+    let c = delegate_config_from_nad(
+        &nad("ns", "net1", r#"{"type":"bridge","x":{"b":1,"a":2}}"#),
+        "/d",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(c.text(), r#"{"name":"net1","type":"bridge","x":{"b":1,"a":2}}"#);
+    assert_eq!(c.name(), "net1");
+    let c =
+        delegate_config_from_nad(&nad("ns", "net1", r#"{"name":"","type":"bridge"}"#), "/d", &[]).unwrap();
+    assert_eq!(c.name(), "net1");
+    let original = "{ \"type\": \"bridge\",\n  \"name\": \"other\", \"n\": 1.50 }";
+    let c = delegate_config_from_nad(&nad("ns", "net1", original), "/d", &[]).unwrap();
+    assert_eq!(c.text(), original, "bytes pass through untouched");
+    assert_eq!(c.name(), "other");
+}
+
+#[test]
+fn bad_json_names_the_nad() {
+    let err = delegate_config_from_nad(&nad("ns", "net1", "{nope"), "/d", &[]).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.starts_with(
+        "NetworkAttachmentDefinition ns/net1: GetCNIConfig: err in getCNIConfigFromSpec: failed to unmarshal Spec.Config: "
+    ), "{msg}");
+}
+
+#[test]
+fn classification_errors_match_multus() {
+    let err = DelegateConfig::parse(r#"{"_not_type":"weave-net"}"#).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("delegate must have the 'type' or 'plugin' field")
+    );
+    let err = DelegateConfig::parse(r#"{"name":"l","plugins":[{"x":1}]}"#).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("a plugin delegate must have the 'type' field")
+    );
+    let err = DelegateConfig::parse(r#"{"name":"l","plugins":[]}"#).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("a plugin delegate must have the 'type' field")
+    );
+    let c = DelegateConfig::parse(r#"{"name":"weave-list","plugins":[{"type":"weave"},{"type":"portmap"}]}"#)
+        .unwrap();
+    assert!(c.is_list());
+    assert_eq!(c.first_type(), "weave");
+    let err = delegate_config_from_nad(&nad("ns", "n", r#"{"name":"x"}"#), "/d", &[]).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("NetworkAttachmentDefinition ns/n: LoadDelegateNetConf")
+    );
+}
+
+fn files(list: &[(&str, &str)]) -> Vec<(String, Vec<u8>)> {
+    list.iter()
+        .map(|(f, c)| (f.to_string(), c.as_bytes().to_vec()))
+        .collect()
+}
+
+#[test]
+fn config_less_nad_is_found_in_the_conf_dir_in_sorted_order() {
+    let dir = files(&[
+        (
+            "20-b.conflist",
+            r#"{"name":"net1","plugins":[{"type":"from-list"}]}"#,
+        ),
+        ("10-a.conf", r#"{"name":"net1","type":"from-conf"}"#),
+        ("05-x.txt", "garbage"),
+    ]);
+    let c = delegate_config_from_nad(&nad("ns", "net1", ""), "/etc/cni/multus/net.d", &dir).unwrap();
+    assert_eq!(c.first_type(), "from-conf");
+    let dir = files(&[
+        ("10-a.json", r#"{"name":"other","type":"x"}"#),
+        (
+            "20-b.conflist",
+            r#"{"name":"net1","plugins":[{"type":"from-list"}]}"#,
+        ),
+    ]);
+    let c = delegate_config_from_nad(&nad("ns", "net1", ""), "/d", &dir).unwrap();
+    assert!(c.is_list());
+}
+
+#[test]
+fn conf_dir_errors() {
+    let err = find_config_in_dir("/d", &[], "n").unwrap_err();
+    assert_eq!(err.to_string(), "No networks found in /d");
+    let dir = files(&[("a.conf", r#"{"name":"x","type":"t"}"#)]);
+    assert_eq!(
+        find_config_in_dir("/d", &dir, "n").unwrap_err().to_string(),
+        "no network available in the name n in cni dir /d"
+    );
+    let dir = files(&[("a.conf", r#"{"name":"n"}"#)]);
+    assert_eq!(
+        find_config_in_dir("/d", &dir, "n").unwrap_err().to_string(),
+        "Error loading CNI config file /d/a.conf: no 'type'; perhaps this is a .conflist?"
+    );
+    let dir = files(&[("a.conf", "{bad"), ("b.conf", r#"{"name":"n","type":"t"}"#)]);
+    assert!(
+        find_config_in_dir("/d", &dir, "n")
+            .unwrap_err()
+            .to_string()
+            .starts_with("Error loading CNI config file /d/a.conf: error parsing configuration: ")
+    );
+    let err = delegate_config_from_nad(&nad("ns", "n", ""), "/d", &[]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "NetworkAttachmentDefinition ns/n: GetCNIConfig: err in GetCNIConfigFromFile: No networks found in /d"
+    );
+}
+
+#[test]
+fn capabilities_are_the_union_of_true_ones() {
+    let c = DelegateConfig::parse(
+        r#"{"name":"l","plugins":[{"type":"a","capabilities":{"ips":true,"mac":false}},{"type":"b","capabilities":{"portMappings":true}}]}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        c.capabilities().into_iter().collect::<Vec<_>>(),
+        vec!["ips".to_string(), "portMappings".to_string()]
+    );
+}
+
+#[test]
+fn edits_keep_key_order_and_reach_every_plugin() {
+    let c = DelegateConfig::parse(
+        r#"{"name":"l","cniVersion":"1.0.0","plugins":[{"type":"a","z":1},{"type":"b"}]}"#,
+    )
+    .unwrap();
+    let edited = c
+        .map_plugins(|p| {
+            p.insert("k".into(), json!(true));
+        })
+        .unwrap();
+    assert_eq!(
+        edited.text(),
+        r#"{"name":"l","cniVersion":"1.0.0","plugins":[{"type":"a","z":1,"k":true},{"type":"b","k":true}]}"#
+    );
+    let c = DelegateConfig::parse(r#"{"name":"l","plugins":[{"type":"a"}]}"#).unwrap();
+    assert_eq!(c.with_cni_version_if_missing("1.0.0").cni_version(), "1.0.0");
+}
+
+#[test]
+fn serde_round_trip_is_the_text() {
+    let c = DelegateConfig::parse(r#"{"name":"n","type":"t"}"#).unwrap();
+    let s = serde_json::to_string(&c).unwrap();
+    assert_eq!(s, r#""{\"name\":\"n\",\"type\":\"t\"}""#);
+    assert_eq!(serde_json::from_str::<DelegateConfig>(&s).unwrap(), c);
+}
