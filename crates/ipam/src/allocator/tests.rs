@@ -1,0 +1,254 @@
+use std::collections::HashMap;
+
+use serde_json::json;
+use weft_cni::{CniError, codes};
+use weft_store::MemoryStore;
+
+use super::*;
+use crate::claim::IpamClaim;
+use crate::config::parse_network_config;
+
+fn config(ipam: serde_json::Value) -> IpamConfig {
+    parse_network_config(&json!({"name": "blue", "ipam": ipam})).unwrap()
+}
+fn v4(range: &str) -> IpamConfig {
+    config(json!({"type": "weft-ipam", "range": range}))
+}
+fn holder(id: &str) -> Holder {
+    Holder {
+        container_id: id.into(),
+        ifname: "net1".into(),
+        pod_ref: format!("ns/{id}"),
+        node: "node1".into(),
+        ..Default::default()
+    }
+}
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+#[tokio::test]
+async fn dual_stack_gives_one_address_per_range_and_add_is_idempotent() {
+    let store = MemoryStore::shared();
+    let c =
+        config(json!({"type": "weft-ipam", "range": "10.0.0.0/24", "ipRanges": [{"range": "fd00::/64"}]}));
+    let first = allocate(&store, &c, &holder("c1"), &[], None).await.unwrap();
+    assert_eq!(first.len(), 2);
+    assert!(first[0].ip.is_ipv4() && first[1].ip.is_ipv6());
+    let again = allocate(&store, &c, &holder("c1"), &[], None).await.unwrap();
+    assert_eq!(first, again);
+    assert_eq!(list_reservations(&store, "blue").await.unwrap().len(), 2);
+    let other = allocate(&store, &c, &holder("c2"), &[], None).await.unwrap();
+    assert_ne!(other[0].ip, first[0].ip);
+}
+
+#[tokio::test]
+async fn requested_ip_is_reserved_from_the_pool_or_rejected() {
+    let store = MemoryStore::shared();
+    let c = v4("10.0.0.0/24");
+    let got = allocate(&store, &c, &holder("c1"), &[ip("10.0.0.7")], None)
+        .await
+        .unwrap();
+    assert_eq!(got[0].ip, ip("10.0.0.7"));
+    let err = allocate(&store, &c, &holder("c2"), &[ip("10.0.0.7")], None)
+        .await
+        .unwrap_err();
+    let cni: CniError = err.into();
+    assert_eq!(cni.code, codes::ADDRESS_TAKEN);
+    assert!(
+        cni.msg.contains("10.0.0.7") && cni.msg.contains("ns/c1"),
+        "{}",
+        cni.msg
+    );
+    let err = allocate(&store, &c, &holder("c3"), &[ip("10.0.1.7")], None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, IpamError::RequestedOutsidePool { .. }));
+    let err = allocate(&store, &c, &holder("c3"), &[ip("10.0.0.255")], None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, IpamError::RequestedOutsidePool { .. }),
+        "broadcast is not in the pool"
+    );
+}
+
+#[tokio::test]
+async fn exhaustion_is_reported_and_partial_allocations_are_rolled_back() {
+    let store = MemoryStore::shared();
+    let c =
+        config(json!({"type": "weft-ipam", "range": "10.0.0.0/24", "ipRanges": [{"range": "10.1.0.0/30"}]}));
+    allocate(&store, &c, &holder("a"), &[], None).await.unwrap();
+    allocate(&store, &c, &holder("b"), &[], None).await.unwrap();
+    let err = allocate(&store, &c, &holder("c"), &[], None).await.unwrap_err();
+    assert_eq!(err.code(), codes::POOL_EXHAUSTED);
+    assert!(err.to_string().contains("10.1.0.0/30"), "{err}");
+    assert_eq!(
+        list_reservations(&store, "blue").await.unwrap().len(),
+        4,
+        "c's v4 address was rolled back"
+    );
+    assert_eq!(usage(&store, &c).await.unwrap(), vec![(254, 2), (2, 2)]);
+}
+
+#[tokio::test]
+async fn release_frees_only_the_attachment_and_is_idempotent() {
+    let store = MemoryStore::shared();
+    let c = v4("10.0.0.0/28");
+    let a = allocate(&store, &c, &holder("a"), &[], None).await.unwrap();
+    allocate(&store, &c, &holder("b"), &[], None).await.unwrap();
+    assert_eq!(
+        release(&store, "blue", "a", "eth9").await.unwrap(),
+        Vec::<IpAddr>::new()
+    );
+    assert_eq!(release(&store, "blue", "a", "net1").await.unwrap(), vec![a[0].ip]);
+    assert_eq!(
+        release(&store, "blue", "a", "net1").await.unwrap(),
+        Vec::<IpAddr>::new()
+    );
+    assert_eq!(
+        release(&store, "nowhere", "x", "y").await.unwrap(),
+        Vec::<IpAddr>::new()
+    );
+    assert_eq!(list_reservations(&store, "blue").await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn stale_delete_never_frees_someone_elses_reservation() {
+    let store = MemoryStore::shared();
+    let c = v4("10.0.0.0/28");
+    allocate(&store, &c, &holder("a"), &[ip("10.0.0.3")], None)
+        .await
+        .unwrap();
+    let stale = list_reservations(&store, "blue").await.unwrap().remove(0);
+    release(&store, "blue", "a", "net1").await.unwrap();
+    allocate(&store, &c, &holder("b"), &[ip("10.0.0.3")], None)
+        .await
+        .unwrap();
+    assert!(!delete_if_unchanged(&store, &stale).await.unwrap());
+    let now = list_reservations(&store, "blue").await.unwrap();
+    assert_eq!(now[0].spec.container_id, "b");
+}
+
+#[tokio::test]
+async fn check_and_gc() {
+    let store = MemoryStore::shared();
+    let c = v4("10.0.0.0/24");
+    allocate(&store, &c, &holder("a"), &[], None).await.unwrap();
+    allocate(&store, &c, &holder("b"), &[], None).await.unwrap();
+    let mut elsewhere = holder("remote");
+    elsewhere.node = "node2".into();
+    allocate(&store, &c, &elsewhere, &[], None).await.unwrap();
+    allocate(&store, &c, &holder("vm"), &[], Some("ns/vm.blue"))
+        .await
+        .unwrap();
+    assert!(check(&store, &c, &holder("a"), None).await.is_ok());
+    assert_eq!(
+        check(&store, &c, &holder("zz"), None).await.unwrap_err().code(),
+        codes::OBJECT_INVALID
+    );
+    let valid: HashSet<(String, String)> = [("a".to_string(), "net1".to_string())].into();
+    assert_eq!(
+        gc(&store, "blue", "node1", &valid).await.unwrap().len(),
+        1,
+        "only b"
+    );
+    let left: Vec<String> = list_reservations(&store, "blue")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.spec.container_id)
+        .collect();
+    assert_eq!(left.len(), 3);
+    assert!(
+        left.contains(&"a".to_string())
+            && left.contains(&"remote".to_string())
+            && left.contains(&"vm".to_string())
+    );
+    assert_eq!(
+        gc(&store, "blue", "node1", &HashSet::new()).await.unwrap().len(),
+        1,
+        "empty list frees all but claims"
+    );
+}
+
+#[tokio::test]
+async fn claimed_addresses_survive_release_until_the_claim_goes() {
+    let store = MemoryStore::shared();
+    let c = v4("10.0.0.0/24");
+    let claims: Api<IpamClaim> = Api::namespaced(store.clone(), "ns");
+    claims
+        .create(&IpamClaim::new("ns", "vm.blue", "blue", "net1"))
+        .await
+        .unwrap();
+    let got = allocate(&store, &c, &holder("pod1"), &[], Some("ns/vm.blue"))
+        .await
+        .unwrap();
+    assert!(release(&store, "blue", "pod1", "net1").await.unwrap().is_empty());
+    claims.delete("vm.blue").await.unwrap();
+    assert_eq!(
+        release_claim(&store, "ns/vm.blue").await.unwrap(),
+        vec![got[0].ip]
+    );
+    // A pod DEL after the claim vanished frees what the claim held (OVN-Kubernetes does the same).
+    let again = allocate(&store, &c, &holder("pod2"), &[], Some("ns/gone"))
+        .await
+        .unwrap();
+    assert_eq!(
+        release(&store, "blue", "pod2", "net1").await.unwrap(),
+        vec![again[0].ip]
+    );
+}
+
+async fn race(
+    store: Arc<dyn Store>,
+    c: IpamConfig,
+    tasks: usize,
+    per_task: usize,
+) -> (HashMap<IpAddr, String>, usize) {
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let (store, c) = (store.clone(), c.clone());
+        handles.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            let mut exhausted = 0;
+            for i in 0..per_task {
+                let id = format!("t{t}-{i}");
+                match allocate(&store, &c, &holder(&id), &[], None).await {
+                    Ok(leases) => got.extend(leases.into_iter().map(|l| (l.ip, id.clone()))),
+                    Err(IpamError::Exhausted { .. }) => exhausted += 1,
+                    Err(e) => panic!("{id}: {e}"),
+                }
+            }
+            (got, exhausted)
+        }));
+    }
+    let mut owners: HashMap<IpAddr, String> = HashMap::new();
+    let mut exhausted = 0;
+    for h in handles {
+        let (got, ex) = h.await.unwrap();
+        exhausted += ex;
+        for (ip, id) in got {
+            if let Some(prev) = owners.insert(ip, id.clone()) {
+                panic!("{ip} handed to {prev} and {id}");
+            }
+        }
+    }
+    (owners, exhausted)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_concurrent_allocators_never_share_an_address() {
+    let store = MemoryStore::shared();
+    let (owners, exhausted) = race(store.clone(), v4("10.0.0.0/22"), 16, 40).await;
+    assert_eq!((owners.len(), exhausted), (640, 0));
+    assert_eq!(list_reservations(&store, "blue").await.unwrap().len(), 640);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_to_exhaustion_hands_out_each_address_exactly_once() {
+    let store = MemoryStore::shared();
+    let (owners, exhausted) = race(store, v4("10.0.0.0/24"), 16, 20).await;
+    assert_eq!(owners.len(), 254);
+    assert_eq!(exhausted, 16 * 20 - 254);
+}
