@@ -1,0 +1,554 @@
+//! The wiring plan of one guest NIC inside the launcher pod's netns: the ordered link, address,
+//! sysctl and NAT operations of the bridge and masquerade bindings (KubeVirt §7.3/§7.4), each
+//! with the operations that undo it, and the DHCP lease the guest gets.
+
+use std::net::IpAddr;
+
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use serde::{Deserialize, Serialize};
+
+use crate::addressing::{AddressingError, MasqueradePair, VmNetworkCidrs};
+use crate::lease::{GuestLease, LeaseError, bridge_lease, masquerade_lease};
+use crate::mac::{MASQUERADE_BRIDGE_MAC, MacAddress};
+use crate::names::{LinkNames, fake_bridge_ip, is_valid_link_name};
+use crate::nft::{NatAddresses, NatInput, NatOptions, NatRuleSet, NftFamily, masquerade_rules};
+use crate::pod_link::{PodLink, PodRoute};
+
+/// sysctl (path under `/proc/sys`) making the pod ignore ARP for addresses not on the receiving
+/// interface (set when a bridge-bound pod interface had an IPv4).
+pub const SYSCTL_ARP_IGNORE: &str = "net/ipv4/conf/all/arp_ignore";
+/// sysctl enabling IPv4 forwarding (masquerade with IPv4).
+pub const SYSCTL_IPV4_FORWARD: &str = "net/ipv4/ip_forward";
+/// sysctl enabling IPv6 forwarding (masquerade with IPv6).
+pub const SYSCTL_IPV6_FORWARD: &str = "net/ipv6/conf/all/forwarding";
+
+/// The sysctl letting the masquerade bridge route loopback-sourced (DNATed) traffic.
+pub fn route_localnet_sysctl(bridge: &str) -> String {
+    format!("net/ipv4/conf/{bridge}/route_localnet")
+}
+
+/// How the guest NIC is connected to the pod interface.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Binding {
+    /// L2: the pod interface is enslaved to a bridge with the TAP; the guest takes the pod IP.
+    Bridge,
+    /// L3: the guest sits behind NAT on a private VM network.
+    Masquerade(NatOptions),
+}
+
+/// Owner of the TAP device (0 for root VMIs, 107 for non-root ones).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TapOwner {
+    /// Owning user id.
+    pub uid: u32,
+    /// Owning group id.
+    pub gid: u32,
+}
+
+/// The TAP device's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TapSettings {
+    /// Owner of the TAP.
+    pub owner: TapOwner,
+    /// Queue count; more than 1 makes it a multi-queue TAP.
+    pub queues: u32,
+}
+
+/// Everything the plan of one guest NIC is computed from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WiringRequest {
+    /// The binding of the VMI interface.
+    pub binding: Binding,
+    /// The pod interface name (`eth0`, `pod<hash>`, `net1`).
+    pub pod_iface: String,
+    /// Whether this is the pod (or Multus default) network: its TAP is `tap0`.
+    pub primary: bool,
+    /// Position of the interface in the VMI's interface list (the fake bridge IP suffix).
+    pub interface_index: usize,
+    /// The pod interface as discovered in the netns.
+    pub pod_link: PodLink,
+    /// The guest MAC when the VMI fixes one (spec `macAddress`, else status `mac`).
+    pub guest_mac: Option<MacAddress>,
+    /// The masquerade VM networks.
+    pub vm_cidrs: VmNetworkCidrs,
+    /// TAP owner and queues.
+    pub tap: TapSettings,
+}
+
+/// One primitive change in the pod netns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+pub enum Op {
+    /// Create a bridge (left down), optionally with a fixed MAC and MTU.
+    CreateBridge {
+        /// Bridge name.
+        name: String,
+        /// Fixed MAC, else the kernel's.
+        mac: Option<MacAddress>,
+        /// MTU, else the kernel's.
+        mtu: Option<u32>,
+    },
+    /// Create a persistent TAP (`IFF_TAP | IFF_NO_PI | IFF_VNET_HDR`, + `IFF_MULTI_QUEUE` when
+    /// queues > 1) owned by `owner`, then set its MTU.
+    CreateTap {
+        /// TAP name.
+        name: String,
+        /// Owner.
+        owner: TapOwner,
+        /// Queue count.
+        queues: u32,
+        /// MTU.
+        mtu: u32,
+    },
+    /// Delete a link.
+    DeleteLink {
+        /// Link name.
+        name: String,
+    },
+    /// Set a link administratively up.
+    SetUp {
+        /// Link name.
+        name: String,
+    },
+    /// Set a link administratively down.
+    SetDown {
+        /// Link name.
+        name: String,
+    },
+    /// Rename a link (it must be down).
+    Rename {
+        /// Current name.
+        from: String,
+        /// New name.
+        to: String,
+    },
+    /// Set a link's MAC.
+    SetMac {
+        /// Link name.
+        link: String,
+        /// The MAC.
+        mac: MacAddress,
+    },
+    /// Set a link's MAC to the current MAC of another link.
+    CopyMac {
+        /// Link name.
+        link: String,
+        /// The link whose MAC is copied.
+        from: String,
+    },
+    /// Enslave a link to a bridge.
+    SetMaster {
+        /// Link name.
+        link: String,
+        /// Bridge name.
+        master: String,
+    },
+    /// Release a link from its bridge.
+    ClearMaster {
+        /// Link name.
+        link: String,
+    },
+    /// Remove every IPv4 and IPv6 address of a link.
+    FlushAddresses {
+        /// Link name.
+        link: String,
+    },
+    /// Add addresses to a link (already present ones are kept).
+    AddAddresses {
+        /// Link name.
+        link: String,
+        /// Addresses with prefix length.
+        addresses: Vec<IpNet>,
+    },
+    /// Add routes through a link (already present ones are replaced).
+    AddRoutes {
+        /// Link name.
+        link: String,
+        /// The routes.
+        routes: Vec<PodRoute>,
+    },
+    /// Turn MAC learning of a bridge port on or off.
+    SetLearning {
+        /// The bridge port.
+        link: String,
+        /// Learning on?
+        enabled: bool,
+    },
+    /// Write a sysctl.
+    Sysctl {
+        /// Path under `/proc/sys` (`net/ipv4/ip_forward`).
+        key: String,
+        /// Value.
+        value: String,
+    },
+    /// Install (or replace) the NAT tables.
+    InstallNat {
+        /// The rule set.
+        rules: NatRuleSet,
+    },
+    /// Remove the NAT tables of these families as a whole.
+    RemoveNat {
+        /// Families whose `nat` table goes.
+        families: Vec<NftFamily>,
+    },
+}
+
+/// One step of a plan: the change and how to undo it. Undo operations run in their listed order;
+/// steps are undone in reverse plan order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WiringStep {
+    /// The change.
+    pub op: Op,
+    /// What undoes it (empty when a later-undone step removes it anyway, e.g. an address on a link
+    /// that is deleted, or when it is netns-global and shared, like the forwarding sysctls).
+    pub undo: Vec<Op>,
+}
+
+/// The complete wiring of one guest NIC.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WiringPlan {
+    /// The pod interface this plan wires.
+    pub pod_iface: String,
+    /// The derived link names.
+    pub names: LinkNames,
+    /// The steps, in order.
+    pub steps: Vec<WiringStep>,
+    /// What the DHCP servers serve on the bridge; `None` when no server runs.
+    pub lease: Option<GuestLease>,
+    /// The guest NIC's MAC for the domain XML (fixed MAC, else the pod interface's MAC).
+    pub guest_mac: MacAddress,
+    /// MTU of the guest NIC (the pod interface's).
+    pub mtu: u32,
+    /// The pod IPs to report (KubeVirt's pod interface cache; IPv4 only for the bridge binding).
+    pub pod_ips: Vec<IpAddr>,
+    /// The pod interface as it was before the bridge binding took its addresses. KubeVirt keeps it
+    /// as a dummy link named like the pod interface; weft keeps this record instead (see
+    /// docs/compat.md). `None` for masquerade, which leaves the pod interface as it is.
+    pub detached_pod_link: Option<PodLink>,
+}
+
+/// Errors planning the wiring.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// The discovered link is not the requested pod interface.
+    #[error("pod link ({expected}) is missing: discovery returned {found:?}")]
+    PodLinkMismatch {
+        /// The requested pod interface.
+        expected: String,
+        /// The link given.
+        found: String,
+    },
+    /// A derived link name is not a valid Linux interface name.
+    #[error(
+        "pod interface {pod_iface:?}: derived link name {name:?} is not a valid interface name (1-15 bytes)"
+    )]
+    InvalidLinkName {
+        /// The pod interface.
+        pod_iface: String,
+        /// The derived name.
+        name: String,
+    },
+    /// The interface index does not give a fake bridge address (`169.254.75.1<index>`).
+    #[error("interface index {0} is too large for the bridge binding's fake bridge address (max 99)")]
+    InterfaceIndexTooLarge(usize),
+    /// The pod link's MTU is unusable.
+    #[error("pod link {link}: mtu {mtu} is out of range 68..=65535")]
+    InvalidMtu {
+        /// The pod link.
+        link: String,
+        /// The MTU given.
+        mtu: u32,
+    },
+    /// Masquerade addressing failed.
+    #[error(transparent)]
+    Addressing(#[from] AddressingError),
+    /// The bridge lease cannot be computed.
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+}
+
+/// Plan the wiring of one guest NIC.
+pub fn plan_wiring(request: &WiringRequest) -> Result<WiringPlan, PlanError> {
+    let link = &request.pod_link;
+    if link.name != request.pod_iface {
+        return Err(PlanError::PodLinkMismatch {
+            expected: request.pod_iface.clone(),
+            found: link.name.clone(),
+        });
+    }
+    if !(68..=65535).contains(&link.mtu) {
+        return Err(PlanError::InvalidMtu {
+            link: link.name.clone(),
+            mtu: link.mtu,
+        });
+    }
+    let names = LinkNames::derive(&request.pod_iface, request.primary);
+    let renamed_used = matches!(request.binding, Binding::Bridge);
+    for name in [&request.pod_iface, &names.tap, &names.bridge]
+        .into_iter()
+        .chain(renamed_used.then_some(&names.renamed_pod_nic))
+    {
+        if !is_valid_link_name(name) {
+            return Err(PlanError::InvalidLinkName {
+                pod_iface: request.pod_iface.clone(),
+                name: name.clone(),
+            });
+        }
+    }
+    match &request.binding {
+        Binding::Bridge => plan_bridge(request, names),
+        Binding::Masquerade(options) => plan_masquerade(request, names, options),
+    }
+}
+
+fn step(op: Op, undo: Vec<Op>) -> WiringStep {
+    WiringStep { op, undo }
+}
+
+fn tap_steps(request: &WiringRequest, names: &LinkNames) -> Vec<WiringStep> {
+    let tap = names.tap.clone();
+    vec![
+        step(
+            Op::CreateTap {
+                name: tap.clone(),
+                owner: request.tap.owner,
+                queues: request.tap.queues,
+                mtu: request.pod_link.mtu,
+            },
+            vec![Op::DeleteLink { name: tap.clone() }],
+        ),
+        step(
+            Op::SetMaster {
+                link: tap.clone(),
+                master: names.bridge.clone(),
+            },
+            vec![],
+        ),
+        step(Op::SetUp { name: tap }, vec![]),
+    ]
+}
+
+fn sysctl(key: &str) -> WiringStep {
+    step(
+        Op::Sysctl {
+            key: key.to_string(),
+            value: "1".to_string(),
+        },
+        vec![],
+    )
+}
+
+fn plan_bridge(request: &WiringRequest, names: LinkNames) -> Result<WiringPlan, PlanError> {
+    let link = &request.pod_link;
+    let pod = request.pod_iface.clone();
+    let (bridge, nic) = (names.bridge.clone(), names.renamed_pod_nic.clone());
+    let pod_ipv4 = link.global_ipv4();
+    let mut steps = vec![step(
+        Op::CreateBridge {
+            name: bridge.clone(),
+            mac: None,
+            mtu: None,
+        },
+        vec![Op::DeleteLink { name: bridge.clone() }],
+    )];
+    let fake_ip = fake_bridge_ip(request.interface_index)
+        .ok_or(PlanError::InterfaceIndexTooLarge(request.interface_index))?;
+    if pod_ipv4.is_some() {
+        steps.push(step(
+            Op::AddAddresses {
+                link: bridge.clone(),
+                addresses: vec![IpNet::V4(fake_ip)],
+            },
+            vec![],
+        ));
+    }
+    steps.push(step(Op::SetUp { name: bridge.clone() }, vec![]));
+    // Flushing the addresses takes the pod's routes with them: they come back last, once the
+    // renamed-back link is up again.
+    steps.push(step(
+        Op::SetDown { name: pod.clone() },
+        vec![
+            Op::SetUp { name: pod.clone() },
+            Op::AddRoutes {
+                link: pod.clone(),
+                routes: link.routes.clone(),
+            },
+        ],
+    ));
+    steps.push(step(
+        Op::Rename {
+            from: pod.clone(),
+            to: nic.clone(),
+        },
+        vec![Op::Rename {
+            from: nic.clone(),
+            to: pod.clone(),
+        }],
+    ));
+    steps.push(step(
+        Op::CopyMac {
+            link: nic.clone(),
+            from: bridge.clone(),
+        },
+        vec![Op::SetMac {
+            link: nic.clone(),
+            mac: link.mac,
+        }],
+    ));
+    steps.push(step(
+        Op::SetMaster {
+            link: nic.clone(),
+            master: bridge.clone(),
+        },
+        vec![Op::ClearMaster { link: nic.clone() }],
+    ));
+    steps.push(step(
+        Op::FlushAddresses { link: nic.clone() },
+        vec![Op::AddAddresses {
+            link: nic.clone(),
+            addresses: link.addresses.clone(),
+        }],
+    ));
+    steps.push(step(
+        Op::SetUp { name: nic.clone() },
+        vec![Op::SetDown { name: nic.clone() }],
+    ));
+    steps.push(step(
+        Op::SetLearning {
+            link: nic.clone(),
+            enabled: false,
+        },
+        vec![Op::SetLearning {
+            link: nic,
+            enabled: true,
+        }],
+    ));
+    steps.extend(tap_steps(request, &names));
+    if pod_ipv4.is_some() {
+        steps.push(sysctl(SYSCTL_ARP_IGNORE));
+    }
+
+    let guest_mac = request.guest_mac.unwrap_or(link.mac);
+    let lease = bridge_lease(
+        &bridge,
+        fake_ip.addr(),
+        guest_mac,
+        pod_ipv4,
+        &link.routes,
+        &request.pod_iface,
+        mtu16(link.mtu),
+    )?;
+    Ok(WiringPlan {
+        pod_iface: pod,
+        names,
+        steps,
+        lease,
+        guest_mac,
+        mtu: link.mtu,
+        pod_ips: pod_ipv4.map(|a| a.addr()).into_iter().collect(),
+        detached_pod_link: Some(link.clone()),
+    })
+}
+
+fn plan_masquerade(
+    request: &WiringRequest,
+    names: LinkNames,
+    options: &NatOptions,
+) -> Result<WiringPlan, PlanError> {
+    let link = &request.pod_link;
+    let bridge = names.bridge.clone();
+    let pod_ipv4 = link.global_ipv4();
+    let pod_ipv6 = link.global_ipv6();
+    let v4: Option<MasqueradePair<Ipv4Net>> = pod_ipv4.map(|_| request.vm_cidrs.ipv4_pair()).transpose()?;
+    let v6: Option<MasqueradePair<Ipv6Net>> = pod_ipv6.map(|_| request.vm_cidrs.ipv6_pair()).transpose()?;
+
+    let mut steps = vec![step(
+        Op::CreateBridge {
+            name: bridge.clone(),
+            mac: Some(MASQUERADE_BRIDGE_MAC),
+            mtu: Some(link.mtu),
+        },
+        vec![Op::DeleteLink { name: bridge.clone() }],
+    )];
+    let addresses: Vec<IpNet> = v4
+        .map(|p| IpNet::V4(p.gateway))
+        .into_iter()
+        .chain(v6.map(|p| IpNet::V6(p.gateway)))
+        .collect();
+    if !addresses.is_empty() {
+        steps.push(step(
+            Op::AddAddresses {
+                link: bridge.clone(),
+                addresses,
+            },
+            vec![],
+        ));
+    }
+    steps.push(step(Op::SetUp { name: bridge.clone() }, vec![]));
+    if v4.is_some() {
+        steps.push(sysctl(&route_localnet_sysctl(&bridge)));
+    }
+    steps.extend(tap_steps(request, &names));
+    if v4.is_some() {
+        steps.push(sysctl(SYSCTL_IPV4_FORWARD));
+    }
+    if v6.is_some() {
+        steps.push(sysctl(SYSCTL_IPV6_FORWARD));
+    }
+    let nat = masquerade_rules(&NatInput {
+        pod_iface: request.pod_iface.clone(),
+        bridge: bridge.clone(),
+        ipv4: v4.map(|p| NatAddresses {
+            gateway: IpAddr::V4(p.gateway.addr()),
+            guest: IpAddr::V4(p.guest.addr()),
+            pod: pod_ipv4.map(|a| a.addr()),
+        }),
+        ipv6: v6.map(|p| NatAddresses {
+            gateway: IpAddr::V6(p.gateway.addr()),
+            guest: IpAddr::V6(p.guest.addr()),
+            pod: pod_ipv6.map(|a| a.addr()),
+        }),
+        options: options.clone(),
+    });
+    if !nat.is_empty() {
+        let families = nat.table_families();
+        steps.push(step(
+            Op::InstallNat { rules: nat },
+            vec![Op::RemoveNat { families }],
+        ));
+    }
+
+    let lease = masquerade_lease(&bridge, v4, v6, mtu16(link.mtu));
+    Ok(WiringPlan {
+        pod_iface: request.pod_iface.clone(),
+        names,
+        steps,
+        lease,
+        guest_mac: request.guest_mac.unwrap_or(link.mac),
+        mtu: link.mtu,
+        pod_ips: pod_ipv4.into_iter().chain(pod_ipv6).map(|a| a.addr()).collect(),
+        detached_pod_link: None,
+    })
+}
+
+fn mtu16(mtu: u32) -> u16 {
+    u16::try_from(mtu).unwrap_or(u16::MAX)
+}
+
+impl WiringPlan {
+    /// The operations that undo the whole plan: every step's undo, steps in reverse order.
+    /// Netns-global sysctls are left as they are (other NICs of the pod may rely on them).
+    pub fn teardown(&self) -> Vec<Op> {
+        undo_ops(&self.steps)
+    }
+
+    /// The operations that undo the first `applied` steps (rollback after a failure).
+    pub fn rollback(&self, applied: usize) -> Vec<Op> {
+        undo_ops(&self.steps[..applied.min(self.steps.len())])
+    }
+}
+
+fn undo_ops(steps: &[WiringStep]) -> Vec<Op> {
+    steps.iter().rev().flat_map(|s| s.undo.iter().cloned()).collect()
+}
