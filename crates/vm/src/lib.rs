@@ -2,10 +2,45 @@
 //! names, annotations, status, migration.
 //!
 //! Everything here is a pure function of its inputs (objects, configuration, and time where it
-//! matters); the controller and agents act on the results.
+//! matters); the controller and agents act on the results. The entry points:
+//!
+//! - [`apply_network_defaults`] then [`validate_create`] / [`validate`]: admission of a VMI.
+//! - [`launcher_pod_annotations`]: annotations of a new launcher pod;
+//!   [`running_pod_annotations`]: what to patch on a running one (hot-plug/unplug, network-info).
+//! - [`hashed_scheme`] / [`pod_interface_names`]: pod interface names; [`link_names`] for the
+//!   in-pod links.
+//! - [`controller_status_interfaces`] (from the pod's network-status) and
+//!   [`handler_status_interfaces`] (from the domain and the guest agent): `status.interfaces`.
+//! - [`evaluate_migration`] + [`migration_condition_update`]: the `MigrationRequired` condition.
+//! - [`sync_vm_to_vmi`] and [`is_restart_required`]: VM template changes.
+//! - [`render`]: `weft vm render`.
 
+pub mod admission;
+pub mod annotations;
 pub mod api;
 pub mod config;
+pub mod defaults;
+pub mod hotplug;
+pub mod infosource;
+pub mod migration;
+pub mod names;
+pub mod netstatus;
+pub mod render;
+pub mod status;
 
+pub use admission::{Cause, CauseType, validate, validate_create, validate_creation};
+pub use annotations::{
+    AnnotationError, Annotations, launcher_pod_annotations, network_annotations, running_pod_annotations,
+};
 pub use api::{KubeVirt, VirtualMachine, VirtualMachineInstance};
 pub use config::{ClusterConfig, FeatureGates};
+pub use defaults::{DefaultingError, apply_network_defaults};
+pub use hotplug::{HotplugSync, is_restart_required, sync_vm_to_vmi, vmi_network_patch};
+pub use migration::{ConditionUpdate, MigrationRequirement, evaluate_migration, migration_condition_update};
+pub use names::{
+    LinkNames, NameScheme, PodInterfaceNames, hashed_pod_interface_name, hashed_scheme, link_names,
+    pod_interface_names,
+};
+pub use netstatus::network_statuses;
+pub use render::{RenderError, render};
+pub use status::{DomainReport, controller_status_interfaces, handler_status_interfaces};

@@ -1,0 +1,103 @@
+//! Admission: KubeVirt's network validation rules, producing the same causes (type, field,
+//! message) in the same order.
+
+mod fields;
+mod interfaces;
+mod networks;
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::VmiSpec;
+use crate::config::ClusterConfig;
+
+/// Kubernetes `StatusCause` types used by the rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CauseType {
+    /// A required field is missing.
+    FieldValueRequired,
+    /// A field's value is invalid.
+    FieldValueInvalid,
+    /// A value is duplicated.
+    FieldValueDuplicate,
+    /// A value is not one of the supported ones.
+    FieldValueNotSupported,
+    /// A referenced object is not found.
+    FieldValueNotFound,
+}
+
+/// One reason a spec is rejected (Kubernetes `StatusCause`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cause {
+    /// Cause type.
+    #[serde(rename = "type")]
+    pub cause_type: CauseType,
+    /// Human-readable message (KubeVirt's literal text).
+    pub message: String,
+    /// Field path, rooted at the caller's root (`spec`, `spec.template.spec`).
+    pub field: String,
+}
+
+impl Cause {
+    pub(crate) fn new(cause_type: CauseType, field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            cause_type,
+            message: message.into(),
+            field: field.into(),
+        }
+    }
+}
+
+/// Checks that only run when an object is created (discontinued bindings).
+pub fn validate_creation(root: &str, spec: &VmiSpec) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    for (i, iface) in spec.interfaces().iter().enumerate() {
+        let path = format!("{root}.domain.devices.interfaces[{i}]");
+        if iface.slirp.is_some() {
+            causes.push(Cause::new(
+                CauseType::FieldValueInvalid,
+                format!("{path}.slirp"),
+                "Slirp interface support has been discontinued since v1.3",
+            ));
+        }
+        if iface.passt.is_some() {
+            causes.push(Cause::new(
+                CauseType::FieldValueInvalid,
+                format!("{path}.passt"),
+                "Passt network binding has been discontinued since v1.3",
+            ));
+        }
+        if iface.macvtap.is_some() {
+            causes.push(Cause::new(
+                CauseType::FieldValueInvalid,
+                format!("{path}.macvtap"),
+                "Macvtap network binding has been discontinued since v1.3",
+            ));
+        }
+    }
+    causes
+}
+
+/// The network rules that run on create and update, in KubeVirt's order.
+pub fn validate(root: &str, spec: &VmiSpec, config: &ClusterConfig) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    networks::single_pod_network(root, spec, &mut causes);
+    networks::single_network_source(root, spec, &mut causes);
+    networks::multus_network_name(root, spec, &mut causes);
+    interfaces::states(root, spec, &mut causes);
+    interfaces::bindings(root, spec, config, &mut causes);
+    networks::unique_names(root, spec, &mut causes);
+    networks::dra(root, spec, config, &mut causes);
+    networks::every_network_has_interface(root, spec, &mut causes);
+    interfaces::unique_names(root, spec, &mut causes);
+    interfaces::every_interface_has_network(root, spec, &mut causes);
+    fields::interface_fields(root, spec, config, &mut causes);
+    causes
+}
+
+/// Admission of a new object: creation checks, then [`validate`] (each cause once; KubeVirt's
+/// VMI webhook happens to report the [`validate`] causes twice).
+pub fn validate_create(root: &str, spec: &VmiSpec, config: &ClusterConfig) -> Vec<Cause> {
+    let mut causes = validate_creation(root, spec);
+    causes.extend(validate(root, spec, config));
+    causes
+}

@@ -1,0 +1,43 @@
+//! `status.interfaces[].infoSource`: a `", "`-separated set of who reported the interface.
+
+/// Reported by the libvirt domain.
+pub const DOMAIN: &str = "domain";
+/// Reported by the guest agent.
+pub const GUEST_AGENT: &str = "guest-agent";
+/// Reported by Multus (network-status of the launcher pod).
+pub const MULTUS_STATUS: &str = "multus-status";
+/// `domain, guest-agent`.
+pub const DOMAIN_AND_GUEST_AGENT: &str = "domain, guest-agent";
+
+const SEPARATOR: &str = ", ";
+
+fn items(info_source: &str) -> Vec<&str> {
+    if info_source.is_empty() {
+        Vec::new()
+    } else {
+        info_source.split(SEPARATOR).collect()
+    }
+}
+
+/// `info_source` with `item` appended unless already present.
+pub fn add(info_source: &str, item: &str) -> String {
+    let mut list = items(info_source);
+    if !list.contains(&item) {
+        list.push(item);
+    }
+    list.join(SEPARATOR)
+}
+
+/// `info_source` without `item` (possibly empty).
+pub fn remove(info_source: &str, item: &str) -> String {
+    items(info_source)
+        .into_iter()
+        .filter(|i| *i != item)
+        .collect::<Vec<_>>()
+        .join(SEPARATOR)
+}
+
+/// Whether `item` is one of the sources.
+pub fn contains(info_source: &str, item: &str) -> bool {
+    items(info_source).contains(&item)
+}

@@ -1,0 +1,162 @@
+//! The `MigrationRequired` condition: whether network changes of a running VMI need a live
+//! migration now, soon (pending the in-place hot-plug grace period), or not at all.
+
+use jiff::{SignedDuration, Timestamp};
+use weft_netconf::NetworkStatus;
+
+use crate::api::{BindingKind, Condition, VirtualMachineInstance};
+use crate::infosource::{self, DOMAIN, MULTUS_STATUS};
+
+/// Condition type.
+pub const MIGRATION_REQUIRED: &str = "MigrationRequired";
+/// Reason when the condition is `True`.
+pub const REASON_MIGRATION_DUE: &str = "AutoMigrationDueToLiveUpdate";
+/// Reason when the condition is `False` (pending).
+pub const REASON_MIGRATION_PENDING: &str = "AutoMigrationPending";
+/// How long in-place hot-plug (Multus dynamic networks controller) gets before migrating.
+pub const DYNAMIC_NETWORK_CONTROLLER_GRACE_PERIOD: SignedDuration = SignedDuration::from_secs(15);
+/// When to look again after setting the condition to `False`.
+pub const PENDING_REQUEUE: SignedDuration = SignedDuration::from_secs(10);
+
+/// The evaluation result, as a condition status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MigrationRequirement {
+    /// `Unknown`: no migration needed.
+    NotRequired,
+    /// `False`: a change is pending; migrate if it is not done in place in time.
+    Pending,
+    /// `True`: migrate now.
+    Required,
+}
+
+impl MigrationRequirement {
+    /// The condition status string (`Unknown`, `False`, `True`).
+    pub fn as_condition_status(self) -> &'static str {
+        match self {
+            Self::NotRequired => "Unknown",
+            Self::Pending => "False",
+            Self::Required => "True",
+        }
+    }
+}
+
+fn nad_name_equal(spec_name: &str, status_name: &str, namespace: &str) -> bool {
+    spec_name == status_name
+        || (!spec_name.contains('/')
+            && status_name.len() == namespace.len() + 1 + spec_name.len()
+            && status_name.starts_with(namespace)
+            && status_name[namespace.len()..].starts_with('/')
+            && status_name.ends_with(spec_name))
+}
+
+fn condition_time(condition: &Condition) -> Option<Timestamp> {
+    condition.last_transition_time.as_ref()?.as_str()?.parse().ok()
+}
+
+/// KubeVirt's `Evaluator.Evaluate`: needs the pod's network-status entries, the existing
+/// `MigrationRequired` condition (if any) and the current time.
+pub fn evaluate_migration(
+    vmi: &VirtualMachineInstance,
+    pod_statuses: &[NetworkStatus],
+    existing: Option<&Condition>,
+    now: Timestamp,
+) -> MigrationRequirement {
+    let status = vmi.status_interfaces();
+    let mut result = MigrationRequirement::NotRequired;
+    for net in vmi.spec.networks.iter().filter(|n| n.is_secondary()) {
+        let Some(iface) = vmi.spec.interfaces().iter().find(|i| i.name == net.name) else {
+            continue;
+        };
+        let entry = status.iter().find(|s| s.name == iface.name);
+        let verdict = match entry {
+            None if !iface.is_absent() => {
+                if iface.binding_kind() == BindingKind::Sriov {
+                    MigrationRequirement::Required
+                } else {
+                    MigrationRequirement::Pending
+                }
+            }
+            Some(s)
+                if iface.is_absent()
+                    && infosource::contains(&s.info_source, MULTUS_STATUS)
+                    && !infosource::contains(&s.info_source, DOMAIN) =>
+            {
+                MigrationRequirement::Pending
+            }
+            Some(s) if !s.pod_interface_name.is_empty() => {
+                let spec_nad = net.multus.as_ref().map(|m| m.network_name.as_str()).unwrap_or("");
+                match pod_statuses.iter().find(|p| p.interface == s.pod_interface_name) {
+                    Some(p) if !nad_name_equal(spec_nad, &p.name, vmi.namespace()) => {
+                        MigrationRequirement::Required
+                    }
+                    _ => MigrationRequirement::NotRequired,
+                }
+            }
+            _ => MigrationRequirement::NotRequired,
+        };
+        if verdict != MigrationRequirement::NotRequired {
+            result = verdict;
+            break;
+        }
+    }
+    if result == MigrationRequirement::Pending
+        && let Some(cond) = existing.filter(|c| c.status == "False")
+        && let Some(since) = condition_time(cond)
+        && now.duration_since(since) > DYNAMIC_NETWORK_CONTROLLER_GRACE_PERIOD
+    {
+        return MigrationRequirement::Required;
+    }
+    result
+}
+
+/// What to do with the VMI's `MigrationRequired` condition.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConditionUpdate {
+    /// Leave the conditions as they are.
+    Keep,
+    /// Remove the `MigrationRequired` condition.
+    Remove,
+    /// Insert or replace the `MigrationRequired` condition.
+    Set(Condition),
+}
+
+/// KubeVirt's `syncMigrationRequiredCondition` (callers skip it while the VMI migrates).
+/// After a `Set` with status `False`, look again after [`PENDING_REQUEUE`].
+pub fn migration_condition_update(
+    existing: Option<&Condition>,
+    result: MigrationRequirement,
+    now: Timestamp,
+) -> ConditionUpdate {
+    match (result, existing) {
+        (MigrationRequirement::NotRequired, None) => ConditionUpdate::Keep,
+        (MigrationRequirement::NotRequired, Some(_)) => ConditionUpdate::Remove,
+        (_, Some(c)) if c.status == "True" => ConditionUpdate::Keep,
+        (result, existing) => {
+            let (status, reason) = match result {
+                MigrationRequirement::Required => ("True", REASON_MIGRATION_DUE),
+                _ => ("False", REASON_MIGRATION_PENDING),
+            };
+            if existing.is_some_and(|c| c.status == status && c.reason == reason) {
+                return ConditionUpdate::Keep;
+            }
+            ConditionUpdate::Set(Condition {
+                type_: MIGRATION_REQUIRED.into(),
+                status: status.into(),
+                reason: reason.into(),
+                last_transition_time: Some(serde_json::Value::String(
+                    Timestamp::from_second(now.as_second()).unwrap_or(now).to_string(),
+                )),
+                ..Default::default()
+            })
+        }
+    }
+}
+
+/// The VMI's `MigrationRequired` condition, if any.
+pub fn migration_required_condition(vmi: &VirtualMachineInstance) -> Option<&Condition> {
+    vmi.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == MIGRATION_REQUIRED)
+}
