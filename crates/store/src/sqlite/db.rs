@@ -2,13 +2,14 @@
 //! operation. Everything here runs on a blocking thread, never on an async worker.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params};
 use tokio::sync::watch;
 
 use super::SqliteOptions;
+use super::commit::GroupCommit;
 use crate::semantics::{self, DeleteOutcome, UpdateOutcome};
 use crate::{ListOptions, Object, ObjectList, ResourceType, StoreError, WatchEvent};
 
@@ -56,11 +57,9 @@ const EVENT_DELETED: i64 = 3;
 pub(super) struct Db {
     path: PathBuf,
     options: SqliteOptions,
-    /// Writers of this process take turns here instead of all spinning on SQLITE_BUSY.
-    writer: Mutex<Connection>,
+    /// Writers of this process queue here instead of all spinning on SQLITE_BUSY.
+    writes: GroupCommit,
     readers: Mutex<Vec<Connection>>,
-    /// The last revision this process committed: wakes local watchers without waiting for a poll.
-    committed: watch::Sender<u64>,
 }
 
 /// Key of an object row; cluster-scoped objects use the empty namespace.
@@ -85,7 +84,7 @@ impl<'a> RowKey<'a> {
     }
 }
 
-fn backend(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
+pub(super) fn backend(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
     move |e| match e {
         rusqlite::Error::SqliteFailure(code, _)
             if matches!(
@@ -165,13 +164,17 @@ impl Db {
                 r.get(0)
             })
             .map_err(backend(&context))?;
-        let (committed, _) = watch::channel(revision as u64);
+        let writes = GroupCommit::new(
+            writer,
+            revision as u64,
+            options.trim_every,
+            options.retain_changes,
+        );
         Ok(Self {
             path: path.to_path_buf(),
             options,
-            writer: Mutex::new(writer),
+            writes,
             readers: Mutex::new(Vec::new()),
-            committed,
         })
     }
 
@@ -181,11 +184,7 @@ impl Db {
 
     /// A receiver that changes whenever this process commits a write.
     pub(super) fn subscribe(&self) -> watch::Receiver<u64> {
-        self.committed.subscribe()
-    }
-
-    fn lock_writer(&self) -> MutexGuard<'_, Connection> {
-        self.writer.lock().unwrap_or_else(|e| e.into_inner())
+        self.writes.subscribe()
     }
 
     /// Run `read` in a read transaction (one consistent snapshot) on a pooled connection.
@@ -210,29 +209,12 @@ impl Db {
         result
     }
 
-    /// Run one write in a short `BEGIN IMMEDIATE` transaction. `write` gets the revision this
-    /// write will have; when it succeeds the global revision becomes that value and the
-    /// transaction commits, when it fails nothing is changed.
-    fn write<R>(
+    /// Run one write through the group commit.
+    fn write(
         &self,
-        write: impl FnOnce(&Transaction<'_>, u64) -> Result<R, StoreError>,
-    ) -> Result<R, StoreError> {
-        let mut conn = self.lock_writer();
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(backend("begin write"))?;
-        let next = revision(&tx)? + 1;
-        let out = write(&tx, next)?;
-        tx.prepare_cached("UPDATE weft_meta SET value = ?1 WHERE key = 'revision'")
-            .and_then(|mut s| s.execute([next as i64]))
-            .map_err(backend("bump revision"))?;
-        if next.is_multiple_of(self.options.trim_every.max(1)) {
-            trim(&tx, next, self.options.retain_changes)?;
-        }
-        tx.commit().map_err(backend("commit"))?;
-        drop(conn);
-        self.committed.send_replace(next);
-        Ok(out)
+        op: impl FnOnce(&Transaction<'_>, u64) -> Result<Object, StoreError> + Send + 'static,
+    ) -> Result<Object, StoreError> {
+        self.writes.submit(Box::new(op))
     }
 
     pub(super) fn get(
@@ -261,9 +243,10 @@ impl Db {
         })
     }
 
-    pub(super) fn create(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
-        semantics::check_identity(ty, &obj)?;
+    pub(super) fn create(&self, ty: ResourceType, obj: Object) -> Result<Object, StoreError> {
+        semantics::check_identity(&ty, &obj)?;
         self.write(move |tx, next| {
+            let ty = &ty;
             let key = RowKey::of(ty, &obj);
             let exists = tx
                 .prepare_cached(
@@ -287,12 +270,13 @@ impl Db {
 
     pub(super) fn update(
         &self,
-        ty: &ResourceType,
+        ty: ResourceType,
         obj: Object,
         status_only: bool,
     ) -> Result<Object, StoreError> {
-        semantics::check_identity(ty, &obj)?;
+        semantics::check_identity(&ty, &obj)?;
         self.write(move |tx, next| {
+            let ty = &ty;
             let key = RowKey::of(ty, &obj);
             let stored = fetch(tx, &key)?.ok_or_else(|| StoreError::NotFound {
                 kind: ty.kind.clone(),
@@ -317,36 +301,40 @@ impl Db {
 
     pub(super) fn delete(
         &self,
-        ty: &ResourceType,
-        namespace: Option<&str>,
-        name: &str,
-        precondition: Option<&str>,
+        ty: ResourceType,
+        namespace: Option<String>,
+        name: String,
+        precondition: Option<String>,
     ) -> Result<Option<Object>, StoreError> {
-        let key = RowKey::new(ty, namespace, name);
         // Absent objects need no write lock (and no revision).
+        let key = RowKey::new(&ty, namespace.as_deref(), &name);
         if self.read(|tx| fetch(tx, &key))?.is_none() {
             return Ok(None);
         }
-        let result = self.write(|tx, next| {
+        let result = self.write(move |tx, next| {
+            let ty = &ty;
+            let key = RowKey::new(ty, namespace.as_deref(), &name);
             let Some(stored) = fetch(tx, &key)? else {
                 return Err(StoreError::NotFound {
                     kind: ty.kind.clone(),
-                    key: ty.key(namespace, name),
+                    key: ty.key(namespace.as_deref(), &name),
                 });
             };
-            Ok(match semantics::deleted(ty, &stored, precondition, next)? {
-                DeleteOutcome::Removed(last) => {
-                    remove(tx, &key)?;
-                    log(tx, &key, next, EVENT_DELETED, &encode(&last)?)?;
-                    last
-                }
-                DeleteOutcome::Terminating(next_obj) => {
-                    let body = encode(&next_obj)?;
-                    put(tx, &key, next, &body)?;
-                    log(tx, &key, next, EVENT_MODIFIED, &body)?;
-                    next_obj
-                }
-            })
+            Ok(
+                match semantics::deleted(ty, &stored, precondition.as_deref(), next)? {
+                    DeleteOutcome::Removed(last) => {
+                        remove(tx, &key)?;
+                        log(tx, &key, next, EVENT_DELETED, &encode(&last)?)?;
+                        last
+                    }
+                    DeleteOutcome::Terminating(next_obj) => {
+                        let body = encode(&next_obj)?;
+                        put(tx, &key, next, &body)?;
+                        log(tx, &key, next, EVENT_MODIFIED, &body)?;
+                        next_obj
+                    }
+                },
+            )
         });
         match result {
             // Deleted by someone else between the check and the write lock.
@@ -444,7 +432,7 @@ fn ensure_schema(conn: &mut Connection) -> Result<(), StoreError> {
     tx.commit().map_err(backend("commit schema"))
 }
 
-fn revision(tx: &Transaction<'_>) -> Result<u64, StoreError> {
+pub(super) fn revision(tx: &Transaction<'_>) -> Result<u64, StoreError> {
     tx.prepare_cached("SELECT value FROM weft_meta WHERE key = 'revision'")
         .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)))
         .map(|v| v as u64)
@@ -524,7 +512,7 @@ fn log(tx: &Transaction<'_>, key: &RowKey<'_>, rv: u64, event: i64, body: &str) 
 }
 
 /// Drop change-log entries older than the newest `retain`, remembering where the log now starts.
-fn trim(tx: &Transaction<'_>, head: u64, retain: u64) -> Result<(), StoreError> {
+pub(super) fn trim(tx: &Transaction<'_>, head: u64, retain: u64) -> Result<(), StoreError> {
     let Some(cut) = head.checked_sub(retain.max(1)) else {
         return Ok(());
     };

@@ -6,6 +6,7 @@
 //! and a watch replays that log after the given revision, then polls it for new changes (woken
 //! at once by writes from the same process).
 
+mod commit;
 mod db;
 mod watch;
 
@@ -110,17 +111,17 @@ impl Store for SqliteStore {
 
     async fn create(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
         let ty = ty.clone();
-        self.blocking(move |db| db.create(&ty, obj)).await
+        self.blocking(move |db| db.create(ty, obj)).await
     }
 
     async fn update(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
         let ty = ty.clone();
-        self.blocking(move |db| db.update(&ty, obj, false)).await
+        self.blocking(move |db| db.update(ty, obj, false)).await
     }
 
     async fn update_status(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
         let ty = ty.clone();
-        self.blocking(move |db| db.update(&ty, obj, true)).await
+        self.blocking(move |db| db.update(ty, obj, true)).await
     }
 
     async fn delete(
@@ -132,7 +133,7 @@ impl Store for SqliteStore {
     ) -> Result<Option<Object>, StoreError> {
         let (ty, namespace, name) = (ty.clone(), namespace.map(String::from), name.to_string());
         let precondition = precondition.map(String::from);
-        self.blocking(move |db| db.delete(&ty, namespace.as_deref(), &name, precondition.as_deref()))
+        self.blocking(move |db| db.delete(ty, namespace, name, precondition))
             .await
     }
 
