@@ -1,0 +1,58 @@
+#!/bin/busybox sh
+# weft guest /init: load virtio, lease every NIC over DHCP, run the checks asked for on the
+# kernel command line, then act as a tiny guest agent. Every report line starts with "WEFT-"
+# and goes to the serial console (ttyS0), where the host parses it (crates/guest/src/report.rs).
+/bin/busybox mount -t proc proc /proc
+/bin/busybox mount -t sysfs sys /sys
+/bin/busybox mount -t devtmpfs dev /dev 2>/dev/null
+/bin/busybox --install -s /bin
+export PATH=/bin
+mkdir -p /tmp /etc /run
+up() { cut -d' ' -f1 /proc/uptime; }
+# weft.NAME=a,b,c on the kernel command line -> "a b c"
+arg() { sed -n "s/.*weft\.$1=\([^ ]*\).*/\1/p" /proc/cmdline | tr ',' ' '; }
+echo "WEFT-BOOT uptime=$(up) kernel=$(uname -r)"
+
+# virtio needs virtio_break_device from virtio_ring: this order matters
+for m in @MODULES@; do
+  e=$(insmod /lib/modules/$m.ko 2>&1) || echo "WEFT-ERROR insmod $m: $e"
+done
+ip link set lo up
+n=0; while [ -z "$(ls /sys/class/net | grep '^eth')" ] && [ $n -lt 100 ]; do sleep 0.05; n=$((n+1)); done
+sleep 0.2
+NICS=$(ls /sys/class/net | grep '^eth' | sort | tr '\n' ' ')
+h=$(arg hostname); [ -n "$h" ] && hostname "$h"
+
+for i in $NICS; do
+  ip link set "$i" up
+  udhcpc -f -q -n -t 10 -T 1 -A 1 -i "$i" -s /bin/udhcpc.script \
+    -O mtu -O staticroutes -O search -O hostname -O domain >/dev/null 2>&1 &
+done
+wait
+echo "WEFT-READY uptime=$(up) nics=$(echo $NICS | tr ' ' ',')"
+
+for t in $(arg ping); do
+  r=fail
+  for attempt in 1 2 3 4 5; do
+    if ping -c 1 -W 2 "$t" >/dev/null 2>&1; then r=ok; break; fi
+  done
+  echo "WEFT-CHECK ping $t $r"
+done
+for u in $(arg wget); do
+  # busybox 1.35 wget segfaults with its own timeout option: bound the time with timeout(1)
+  if body=$(timeout 10 wget -q -O - "$u" 2>/dev/null); then
+    echo "WEFT-CHECK wget $u ok $(echo "$body" | head -n 1 | head -c 120)"
+  else
+    echo "WEFT-CHECK wget $u fail"
+  fi
+done
+for p in $(arg httpd); do
+  if httpd -p "$p" -h /www; then echo "WEFT-CHECK httpd $p ok"; else echo "WEFT-CHECK httpd $p fail"; fi
+done
+
+while true; do
+  for i in $(ls /sys/class/net | grep -v '^lo$' | sort); do
+    echo "WEFT-GA $i $(cat /sys/class/net/$i/address) $(ip -o addr show dev "$i" | awk '{print $4}' | tr '\n' ' ')"
+  done
+  sleep 2
+done

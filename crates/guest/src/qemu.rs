@@ -1,0 +1,486 @@
+//! Running a guest with QEMU: the command line is decided purely from a [`GuestSpec`]; the
+//! runner only spawns it inside a network namespace, polls the serial log and kills it.
+//!
+//! The TAPs must exist beforehand in that namespace (the launcher wiring creates them, as
+//! KubeVirt's virt-handler does); QEMU opens them by name.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::report::{GuestReport, parse_serial_log};
+
+/// The QEMU binary weft runs.
+pub const QEMU_BINARY: &str = "qemu-system-x86_64";
+
+/// The NIC model the guest's initramfs has drivers for.
+pub const DEFAULT_NIC_MODEL: &str = "virtio-net-pci";
+
+/// Errors validating, starting or watching a guest; each names the guest.
+#[derive(Debug, thiserror::Error)]
+pub enum QemuError {
+    /// A field of the spec is invalid.
+    #[error("guest {guest}: {field}: {message}")]
+    InvalidSpec {
+        /// Guest name.
+        guest: String,
+        /// The offending field.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The network namespace could not be opened.
+    #[error("guest {guest}: network namespace {netns}: {source}")]
+    Netns {
+        /// Guest name.
+        guest: String,
+        /// The namespace name.
+        netns: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// QEMU could not be started.
+    #[error("guest {guest}: starting {QEMU_BINARY}: {source}")]
+    Spawn {
+        /// Guest name.
+        guest: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// QEMU exited before the guest reported what was awaited.
+    #[error("guest {guest}: QEMU exited ({status}) before the guest was ready; QEMU said: {stderr}")]
+    Exited {
+        /// Guest name.
+        guest: String,
+        /// Exit status.
+        status: String,
+        /// QEMU's stderr.
+        stderr: String,
+    },
+    /// The deadline passed.
+    #[error("guest {guest}: not ready after {waited:?}; last report: {report:?}")]
+    Timeout {
+        /// Guest name.
+        guest: String,
+        /// How long it waited.
+        waited: Duration,
+        /// What the guest had reported by then.
+        report: Box<GuestReport>,
+    },
+    /// Reading the serial log failed.
+    #[error("guest {guest}: reading {path}: {source}")]
+    Io {
+        /// Guest name.
+        guest: String,
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+/// One guest NIC: a TAP in the namespace, the guest MAC and the device model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestNic {
+    /// Name of the TAP device, created beforehand.
+    pub tap: String,
+    /// Guest MAC address (`aa:bb:cc:dd:ee:ff`).
+    pub mac: String,
+    /// QEMU device model, [`DEFAULT_NIC_MODEL`] normally.
+    pub model: String,
+}
+
+impl GuestNic {
+    /// A virtio NIC on `tap` with `mac`.
+    pub fn virtio(tap: &str, mac: &str) -> Self {
+        Self {
+            tap: tap.into(),
+            mac: mac.into(),
+            model: DEFAULT_NIC_MODEL.into(),
+        }
+    }
+}
+
+/// Everything needed to run one guest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestSpec {
+    /// Guest name (used in file names and errors).
+    pub name: String,
+    /// Uncompressed PVH kernel (`vmlinux`).
+    pub kernel: PathBuf,
+    /// The initramfs.
+    pub initrd: PathBuf,
+    /// Memory in MiB.
+    pub memory_mib: u32,
+    /// Extra kernel command-line words (e.g. `weft.ping=10.0.2.1`).
+    pub cmdline_extras: Vec<String>,
+    /// NICs, in guest order (`eth0`, `eth1`, …).
+    pub nics: Vec<GuestNic>,
+    /// Directory for the serial log, pidfile and QEMU's stderr.
+    pub run_dir: PathBuf,
+}
+
+impl GuestSpec {
+    /// A guest with 256 MiB, no NICs and no extras.
+    pub fn new(name: &str, kernel: &Path, initrd: &Path, run_dir: &Path) -> Self {
+        Self {
+            name: name.into(),
+            kernel: kernel.into(),
+            initrd: initrd.into(),
+            memory_mib: 256,
+            cmdline_extras: Vec::new(),
+            nics: Vec::new(),
+            run_dir: run_dir.into(),
+        }
+    }
+
+    /// The serial console log.
+    pub fn serial_log(&self) -> PathBuf {
+        self.run_dir.join(format!("{}.serial.log", self.name))
+    }
+
+    /// The pidfile QEMU writes.
+    pub fn pidfile(&self) -> PathBuf {
+        self.run_dir.join(format!("{}.pid", self.name))
+    }
+
+    /// Where QEMU's own stdout/stderr go.
+    pub fn qemu_log(&self) -> PathBuf {
+        self.run_dir.join(format!("{}.qemu.log", self.name))
+    }
+
+    /// The kernel command line.
+    pub fn cmdline(&self) -> String {
+        let mut words = vec!["console=ttyS0", "quiet", "loglevel=3", "panic=-1"];
+        words.extend(self.cmdline_extras.iter().map(String::as_str));
+        words.join(" ")
+    }
+
+    /// Checks names, MACs, models and sizes; the error names the field.
+    pub fn validate(&self) -> Result<(), QemuError> {
+        let invalid = |field: &str, message: String| QemuError::InvalidSpec {
+            guest: self.name.clone(),
+            field: field.into(),
+            message,
+        };
+        let safe = |s: &str| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        };
+        if !safe(&self.name) {
+            return Err(invalid(
+                "name",
+                format!("{:?} must be [A-Za-z0-9._-]+", self.name),
+            ));
+        }
+        if self.memory_mib < 64 {
+            return Err(invalid(
+                "memory_mib",
+                format!("{} MiB is too little (at least 64)", self.memory_mib),
+            ));
+        }
+        for (field, path) in [
+            ("kernel", &self.kernel),
+            ("initrd", &self.initrd),
+            ("run_dir", &self.run_dir),
+        ] {
+            if path.to_str().is_none_or(|p| p.contains(',')) {
+                return Err(invalid(
+                    field,
+                    format!("{} must be UTF-8 without ','", path.display()),
+                ));
+            }
+        }
+        for word in &self.cmdline_extras {
+            if word.is_empty() || word.contains(char::is_whitespace) {
+                return Err(invalid(
+                    "cmdline_extras",
+                    format!("{word:?} must be one non-empty word"),
+                ));
+            }
+        }
+        for (index, nic) in self.nics.iter().enumerate() {
+            let field = |name: &str| format!("nics[{index}].{name}");
+            if !safe(&nic.tap) || nic.tap.len() > 15 {
+                return Err(invalid(
+                    &field("tap"),
+                    format!("{:?} is not a valid interface name", nic.tap),
+                ));
+            }
+            if !is_mac(&nic.mac) {
+                return Err(invalid(
+                    &field("mac"),
+                    format!("{:?} is not aa:bb:cc:dd:ee:ff", nic.mac),
+                ));
+            }
+            if !safe(&nic.model) {
+                return Err(invalid(
+                    &field("model"),
+                    format!("{:?} is not a device model", nic.model),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The full QEMU argv (program first): q35, TCG (KVM is unusable on the target machines),
+    /// PVH kernel boot, serial to a file, no display/monitor/default devices, no reboot (a
+    /// guest panic or poweroff ends QEMU), each NIC a TAP netdev (vhost off: no
+    /// `/dev/vhost-net`) with an empty ROM file (no iPXE).
+    pub fn argv(&self) -> Vec<String> {
+        let mut argv: Vec<String> = [
+            QEMU_BINARY,
+            "-machine",
+            "q35",
+            "-accel",
+            "tcg",
+            "-cpu",
+            "max",
+            "-smp",
+            "1",
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-monitor",
+            "none",
+            "-no-reboot",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect();
+        argv.extend([
+            "-name".into(),
+            self.name.clone(),
+            "-m".into(),
+            self.memory_mib.to_string(),
+            "-kernel".into(),
+            self.kernel.display().to_string(),
+            "-initrd".into(),
+            self.initrd.display().to_string(),
+            "-append".into(),
+            self.cmdline(),
+            "-serial".into(),
+            format!("file:{}", self.serial_log().display()),
+            "-pidfile".into(),
+            self.pidfile().display().to_string(),
+        ]);
+        for (index, nic) in self.nics.iter().enumerate() {
+            argv.extend([
+                "-netdev".into(),
+                format!(
+                    "tap,id=net{index},ifname={},script=no,downscript=no,vhost=off",
+                    nic.tap
+                ),
+                "-device".into(),
+                format!("{},netdev=net{index},mac={},romfile=", nic.model, nic.mac),
+            ]);
+        }
+        argv
+    }
+}
+
+fn is_mac(mac: &str) -> bool {
+    let parts: Vec<&str> = mac.split(':').collect();
+    parts.len() == 6
+        && parts
+            .iter()
+            .all(|p| p.len() == 2 && p.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+/// A QEMU process; dropping it kills and reaps QEMU.
+#[derive(Debug)]
+pub struct RunningGuest {
+    spec: GuestSpec,
+    child: Option<Child>,
+}
+
+impl RunningGuest {
+    /// Starts QEMU for `spec`, inside network namespace `netns` (a name under `/run/netns`) when
+    /// given. The namespace is entered in the child between fork and exec, so the caller's
+    /// thread never changes namespace.
+    pub fn spawn(spec: &GuestSpec, netns: Option<&str>) -> Result<Self, QemuError> {
+        spec.validate()?;
+        let guest = spec.name.clone();
+        let io = |path: &Path| {
+            let guest = guest.clone();
+            let path = path.to_path_buf();
+            move |source| QemuError::Io { guest, path, source }
+        };
+        std::fs::create_dir_all(&spec.run_dir).map_err(io(&spec.run_dir))?;
+        File::create(spec.serial_log()).map_err(io(&spec.serial_log()))?;
+        let qemu_log = File::create(spec.qemu_log()).map_err(io(&spec.qemu_log()))?;
+        let qemu_err = qemu_log.try_clone().map_err(io(&spec.qemu_log()))?;
+        let argv = spec.argv();
+        let mut command = Command::new(&argv[0]);
+        command
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(qemu_log)
+            .stderr(qemu_err);
+        let netns_file =
+            match netns {
+                Some(name) => Some(File::open(Path::new("/run/netns").join(name)).map_err(|source| {
+                    QemuError::Netns {
+                        guest: guest.clone(),
+                        netns: name.into(),
+                        source,
+                    }
+                })?),
+                None => None,
+            };
+        if let Some(file) = &netns_file {
+            let fd = file.as_raw_fd();
+            // SAFETY: setns(2) is async-signal-safe and `fd` stays open in the child until exec.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = command
+            .spawn()
+            .map_err(|source| QemuError::Spawn { guest, source })?;
+        Ok(Self {
+            spec: spec.clone(),
+            child: Some(child),
+        })
+    }
+
+    /// QEMU's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The spec this guest runs.
+    pub fn spec(&self) -> &GuestSpec {
+        &self.spec
+    }
+
+    /// What the guest has reported so far.
+    pub fn report(&self) -> Result<GuestReport, QemuError> {
+        let path = self.spec.serial_log();
+        let log = std::fs::read(&path).map_err(|source| QemuError::Io {
+            guest: self.spec.name.clone(),
+            path,
+            source,
+        })?;
+        Ok(parse_serial_log(&log))
+    }
+
+    /// Polls the serial log until `ready` holds for the report, QEMU exits, or `timeout` passes.
+    pub fn wait_for(
+        &mut self,
+        timeout: Duration,
+        ready: impl Fn(&GuestReport) -> bool,
+    ) -> Result<GuestReport, QemuError> {
+        let start = Instant::now();
+        loop {
+            let report = self.report()?;
+            if ready(&report) {
+                return Ok(report);
+            }
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                let stderr = std::fs::read_to_string(self.spec.qemu_log()).unwrap_or_default();
+                return Err(QemuError::Exited {
+                    guest: self.spec.name.clone(),
+                    status: status.to_string(),
+                    stderr: stderr.trim().to_string(),
+                });
+            }
+            if start.elapsed() >= timeout {
+                return Err(QemuError::Timeout {
+                    guest: self.spec.name.clone(),
+                    waited: start.elapsed(),
+                    report: Box::new(report),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Kills QEMU (SIGKILL: the guest keeps no state worth a clean shutdown) and reaps it.
+    pub fn stop(mut self) -> std::io::Result<()> {
+        self.kill()
+    }
+
+    fn kill(&mut self) -> std::io::Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        if child.try_wait()?.is_none() {
+            child.kill()?;
+        }
+        child.wait()?;
+        let _ = std::fs::remove_file(self.spec.pidfile());
+        Ok(())
+    }
+}
+
+impl Drop for RunningGuest {
+    fn drop(&mut self) {
+        let _ = self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> GuestSpec {
+        let mut spec = GuestSpec::new(
+            "vm1",
+            Path::new("/k/vmlinux-6.1"),
+            Path::new("/r/initrd.gz"),
+            Path::new("/run/weft/vm1"),
+        );
+        spec.cmdline_extras = vec!["weft.ping=10.0.2.1".into()];
+        spec.nics = vec![
+            GuestNic::virtio("tap0", "52:54:00:00:00:01"),
+            GuestNic::virtio("tapabc", "52:54:00:00:00:02"),
+        ];
+        spec
+    }
+
+    #[test]
+    fn argv_is_the_documented_command_line() {
+        let argv = spec().argv().join(" ");
+        assert_eq!(
+            argv,
+            "qemu-system-x86_64 -machine q35 -accel tcg -cpu max -smp 1 -nodefaults -no-user-config \
+             -display none -monitor none -no-reboot -name vm1 -m 256 -kernel /k/vmlinux-6.1 \
+             -initrd /r/initrd.gz -append console=ttyS0 quiet loglevel=3 panic=-1 weft.ping=10.0.2.1 \
+             -serial file:/run/weft/vm1/vm1.serial.log -pidfile /run/weft/vm1/vm1.pid \
+             -netdev tap,id=net0,ifname=tap0,script=no,downscript=no,vhost=off \
+             -device virtio-net-pci,netdev=net0,mac=52:54:00:00:00:01,romfile= \
+             -netdev tap,id=net1,ifname=tapabc,script=no,downscript=no,vhost=off \
+             -device virtio-net-pci,netdev=net1,mac=52:54:00:00:00:02,romfile="
+        );
+        assert!(spec().validate().is_ok());
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let mut bad = spec();
+        bad.nics[1].mac = "52:54:00:00:00".into();
+        assert!(bad.validate().unwrap_err().to_string().contains("nics[1].mac"));
+        let mut bad = spec();
+        bad.nics[0].tap = "tap,script=/evil".into();
+        assert!(bad.validate().unwrap_err().to_string().contains("nics[0].tap"));
+        let mut bad = spec();
+        bad.cmdline_extras.push("two words".into());
+        assert!(bad.validate().unwrap_err().to_string().contains("cmdline_extras"));
+        let mut bad = spec();
+        bad.kernel = "/a,b".into();
+        assert!(bad.validate().unwrap_err().to_string().contains("kernel"));
+    }
+}

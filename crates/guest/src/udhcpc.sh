@@ -1,0 +1,24 @@
+#!/bin/sh
+# weft guest udhcpc script: apply the lease, then report it on the console. udhcpc's stdout may
+# be discarded, so reports go to /dev/console directly.
+csv() { echo $* | tr ' ' ','; }
+case "$1" in
+  deconfig)
+    ip addr flush dev "$interface"
+    ip link set "$interface" up
+    ;;
+  bound|renew)
+    ip addr flush dev "$interface"
+    ip addr add "$ip/$mask" dev "$interface"
+    [ -n "$mtu" ] && ip link set dev "$interface" mtu "$mtu"
+    if [ -n "$router" ]; then ip route replace default via "${router%% *}" dev "$interface"; fi
+    set -- $staticroutes          # option 121: "net/len gw net/len gw ..."
+    while [ $# -ge 2 ]; do ip route replace "$1" via "$2" dev "$interface"; shift 2; done
+    for d in $dns; do echo "nameserver $d" >> /etc/resolv.conf; done
+    echo "WEFT-LEASE $interface $ip/$mask router=$(csv ${router:--}) dns=$(csv ${dns:--}) mtu=${mtu:--} search=$(csv ${search:--}) domain=${domain:--} hostname=${hostname:--} staticroutes=$(csv ${staticroutes:--}) lease=${lease:--} server=${serverid:--}" > /dev/console
+    ;;
+  leasefail|nak)
+    echo "WEFT-LEASEFAIL $interface $1" > /dev/console
+    ;;
+esac
+exit 0
