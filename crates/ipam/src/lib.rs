@@ -5,18 +5,28 @@
 //! * [`range`]: which addresses of a range may be handed out, and in which order (pure).
 //! * [`reservation`]: the `IPReservation` object, one per held address, and its naming (pure).
 //! * [`claim`]: the `IPAMClaim` object and its status transitions (pure).
+//! * [`request`]: what one plugin invocation asks for (pure).
 //! * [`allocator`]: allocate / release / check / GC over the store's compare-and-swap.
+//! * [`persistent`]: claim lookup through the pod's networks annotation, claim status writes.
+//! * [`plugin`]: [`handle`], the CNI verbs over any [`weft_store::Store`].
+//! * [`reconcile`]: which reservations a reconciler may free (pure).
 
 pub mod allocator;
 pub mod claim;
 pub mod config;
 mod error;
+pub mod persistent;
+pub mod plugin;
 pub mod range;
+pub mod reconcile;
+pub mod request;
 pub mod reservation;
 
 pub use allocator::{Holder, Lease, allocate, release, release_claim};
 pub use claim::IpamClaim;
 pub use config::{ConfigError, IpamConfig, parse_network_config};
 pub use error::IpamError;
+pub use plugin::handle;
 pub use range::{AddressRange, RangeError};
+pub use request::IpamRequest;
 pub use reservation::IpReservation;

@@ -1,0 +1,141 @@
+//! The `weft-ipam` CNI plugin as a library: one entry point per invocation, over any store.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use weft_cni::plugin::{LEGACY_ATTACHMENTS_KEY, VALID_ATTACHMENTS_KEY};
+use weft_cni::{CniCommand, CniError, CniResult, IpConfig, codes};
+use weft_store::Store;
+
+use crate::allocator::{self, Lease};
+use crate::config::{IpamConfig, parse_network_config};
+use crate::error::IpamError;
+use crate::persistent::{allocate_for_claim, lease_net, resolve_claim};
+use crate::request::IpamRequest;
+
+/// Handle one IPAM invocation: ADD returns the result; DEL, CHECK, STATUS and GC return `None`
+/// on success. VERSION is answered by the CNI runtime layer and returns `None` here.
+pub async fn handle(request: IpamRequest, store: Arc<dyn Store>) -> Result<Option<CniResult>, CniError> {
+    let version = request.version.to_string();
+    let outcome = match request.command() {
+        CniCommand::Version => Ok(None),
+        CniCommand::Status => status(&request, &store).await.map(|()| None),
+        command => run(command, &request, &store).await.map_err(CniError::from),
+    };
+    outcome.map_err(|e| {
+        if e.cni_version.is_empty() {
+            e.with_version(version)
+        } else {
+            e
+        }
+    })
+}
+
+async fn run(
+    command: CniCommand,
+    request: &IpamRequest,
+    store: &Arc<dyn Store>,
+) -> Result<Option<CniResult>, IpamError> {
+    let config = parse_network_config(&request.config_json())?;
+    match command {
+        CniCommand::Add => add(request, &config, store).await.map(Some),
+        CniCommand::Del => {
+            let env = &request.env;
+            allocator::release(store, &config.network, &env.container_id, &env.ifname).await?;
+            Ok(None)
+        }
+        CniCommand::Check => {
+            let claim = resolve_claim(store, &config, request.pod(), &request.env.ifname).await?;
+            let claim_ref = claim.as_ref().map(|c| c.reference());
+            allocator::check(store, &config, &request.holder(), claim_ref.as_deref()).await?;
+            Ok(None)
+        }
+        CniCommand::Gc => {
+            let valid = valid_attachments(request)?;
+            allocator::gc(store, &config.network, &request.node, &valid).await?;
+            Ok(None)
+        }
+        CniCommand::Status | CniCommand::Version => Ok(None),
+    }
+}
+
+async fn add(
+    request: &IpamRequest,
+    config: &IpamConfig,
+    store: &Arc<dyn Store>,
+) -> Result<CniResult, IpamError> {
+    let holder = request.holder();
+    let requested = request.requested_ips()?;
+    let claim = resolve_claim(store, config, request.pod(), &request.env.ifname).await?;
+    let leases = match &claim {
+        Some(claim) => {
+            let pod_name = request.pod().map(|(_, n)| n).unwrap_or_default();
+            allocate_for_claim(store, config, &holder, &requested, claim, pod_name).await?
+        }
+        None => allocator::allocate(store, config, &holder, &requested, None).await?,
+    };
+    Ok(build_result(config, &leases, &request.version.to_string()))
+}
+
+/// The ADD result: one address per range (with the range's gateway), then the static
+/// `addresses`, the routes and DNS of the config.
+pub fn build_result(config: &IpamConfig, leases: &[Lease], cni_version: &str) -> CniResult {
+    let mut ips: Vec<IpConfig> = leases
+        .iter()
+        .map(|lease| {
+            let range = &config.ranges[lease.range];
+            IpConfig {
+                address: lease_net(config, lease),
+                gateway: range.gateway().filter(|gw| gw.is_ipv4() == lease.ip.is_ipv4()),
+                interface: None,
+            }
+        })
+        .collect();
+    ips.extend(config.addresses.iter().cloned());
+    CniResult {
+        cni_version: cni_version.into(),
+        interfaces: Vec::new(),
+        ips,
+        routes: config.routes.clone(),
+        dns: config.dns.clone(),
+    }
+}
+
+fn valid_attachments(request: &IpamRequest) -> Result<HashSet<(String, String)>, IpamError> {
+    let object = request.config.as_object();
+    // A missing list is refused rather than read as "nothing is valid": on a cluster-wide
+    // pool that reading would free every address this node holds.
+    let Some(list) = object
+        .get(VALID_ATTACHMENTS_KEY)
+        .or_else(|| object.get(LEGACY_ATTACHMENTS_KEY))
+    else {
+        return Err(IpamError::Request(format!(
+            "GC: {VALID_ATTACHMENTS_KEY} is missing"
+        )));
+    };
+    let items: Vec<weft_cni::plugin::GcAttachment> = serde_json::from_value(list.clone())
+        .map_err(|e| IpamError::Request(format!("{VALID_ATTACHMENTS_KEY}: {e}")))?;
+    Ok(items.into_iter().map(|a| (a.container_id, a.ifname)).collect())
+}
+
+/// STATUS: code 50 when the store cannot be read or a range has no free address.
+async fn status(request: &IpamRequest, store: &Arc<dyn Store>) -> Result<(), CniError> {
+    let config = parse_network_config(&request.config_json()).map_err(CniError::from)?;
+    let unavailable = |msg: String| CniError::new(codes::PLUGIN_NOT_AVAILABLE, msg);
+    let usage = allocator::usage(store, &config)
+        .await
+        .map_err(|e| unavailable(format!("cannot read the IPAM store: {e}")))?;
+    for (range, (usable, held)) in config.ranges.iter().zip(usage) {
+        if held >= usable {
+            return Err(unavailable(format!(
+                "range {} of network {} is exhausted ({held} of {usable} addresses held)",
+                range.subnet(),
+                config.network
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

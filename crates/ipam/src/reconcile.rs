@@ -1,0 +1,1 @@
+//! Reconciler decisions (next step).
