@@ -8,6 +8,7 @@ mod error;
 pub mod plugin;
 mod request;
 mod result;
+pub mod runtime;
 mod version;
 
 pub use args::{ArgIp, ArgsError, CniArgs, MacAddr};
@@ -16,6 +17,8 @@ pub use convert::{
     ResultError, parse_result, project_to_version, result_from_value, result_to_bytes, result_to_value,
 };
 pub use error::{CniError, codes};
+pub use plugin::GcAttachment;
 pub use request::{CniCommand, RequestEnv, split_path, validate_container_id, validate_ifname, vars};
 pub use result::{CniResult, Dns, Interface, IpConfig, Route};
+pub use runtime::{CniRuntime, Delegate, DelegateError, RuntimeConf};
 pub use version::{CniVersion, VersionError, VersionReply, negotiate};

@@ -1,0 +1,337 @@
+//! The thin executor: find a plugin binary and run it with an environment and stdin,
+//! capturing stdout and stderr, with a timeout.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Why a plugin could not be found.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FindError {
+    /// The plugin type contains a path separator or is empty.
+    #[error("invalid plugin name {0:?}")]
+    InvalidName(String),
+    /// No executable file of that name in any search directory.
+    #[error("failed to find plugin {plugin:?} in path {search_path:?}")]
+    NotFound {
+        /// The plugin type.
+        plugin: String,
+        /// The directories searched.
+        search_path: Vec<PathBuf>,
+    },
+}
+
+/// Finds the executable `plugin_type` in the first directory of `search_path` that has it.
+pub fn find_plugin(plugin_type: &str, search_path: &[PathBuf]) -> Result<PathBuf, FindError> {
+    if plugin_type.is_empty() || plugin_type.contains('/') || plugin_type == ".." {
+        return Err(FindError::InvalidName(plugin_type.into()));
+    }
+    search_path
+        .iter()
+        .map(|dir| dir.join(plugin_type))
+        .find(|candidate| {
+            candidate
+                .metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .ok_or_else(|| FindError::NotFound {
+            plugin: plugin_type.into(),
+            search_path: search_path.to_vec(),
+        })
+}
+
+/// How a plugin run ended, when it did not exit with status 0.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The process could not be started.
+    #[error("cannot run {path}: {source}")]
+    Spawn {
+        /// The binary.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// It ran longer than the timeout and was killed.
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    /// It exited non-zero (or was killed by a signal).
+    #[error("exited with {status}")]
+    Failed {
+        /// The exit status.
+        status: ExitStatus,
+        /// What it printed on stdout (a CNI error, normally).
+        stdout: Vec<u8>,
+        /// What it printed on stderr.
+        stderr: Vec<u8>,
+    },
+}
+
+/// Runs plugin binaries. [`ProcessExec`] is the real one; tests substitute fakes.
+pub trait PluginExec: Send + Sync {
+    /// Finds the binary for `plugin_type` (default: [`find_plugin`]).
+    fn find(&self, plugin_type: &str, search_path: &[PathBuf]) -> Result<PathBuf, FindError> {
+        find_plugin(plugin_type, search_path)
+    }
+
+    /// Runs `binary` with the CNI variables `env` and `stdin`; returns stdout on exit 0.
+    fn exec(&self, binary: &Path, env: &[(String, String)], stdin: &[u8]) -> Result<Vec<u8>, ExecError>;
+}
+
+/// Runs plugins as child processes (std::process), optionally inside a network namespace.
+#[derive(Clone, Debug)]
+pub struct ProcessExec {
+    /// Kill the plugin after this long.
+    pub timeout: Duration,
+    /// Run the plugin in this network namespace (a `/run/netns/...` path) instead of ours:
+    /// where host-side links (bridges, veth peers) are created. `None`: our own netns.
+    pub netns: Option<PathBuf>,
+}
+
+impl Default for ProcessExec {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(60),
+            netns: None,
+        }
+    }
+}
+
+impl ProcessExec {
+    /// An executor that runs plugins inside the network namespace at `netns`.
+    pub fn in_netns(netns: impl Into<PathBuf>) -> Self {
+        Self {
+            netns: Some(netns.into()),
+            ..Self::default()
+        }
+    }
+}
+
+/// How long to wait for the output pipes to close after the plugin exited (a daemon it
+/// started may keep them open).
+const PIPE_GRACE: Duration = Duration::from_millis(100);
+
+impl PluginExec for ProcessExec {
+    fn exec(&self, binary: &Path, env: &[(String, String)], stdin: &[u8]) -> Result<Vec<u8>, ExecError> {
+        let spawn_error = |source| ExecError::Spawn {
+            path: binary.to_path_buf(),
+            source,
+        };
+        let mut command = Command::new(binary);
+        // Stale CNI_* variables of our own environment must not leak into the plugin's.
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("CNI_") {
+                command.env_remove(key);
+            }
+        }
+        command
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(netns) = &self.netns {
+            let netns_file = File::open(netns).map_err(spawn_error)?;
+            // SAFETY: the closure runs in the forked child before exec and only calls setns(2),
+            // which is async-signal-safe; the fd was opened before the fork.
+            unsafe {
+                command.pre_exec(move || {
+                    nix::sched::setns(&netns_file, nix::sched::CloneFlags::CLONE_NEWNET)
+                        .map_err(std::io::Error::from)
+                });
+            }
+        }
+        let mut child = command.spawn().map_err(spawn_error)?;
+        let started = Instant::now();
+
+        let mut child_stdin = child.stdin.take().expect("stdin piped");
+        let input = stdin.to_vec();
+        // A plugin that exits without reading stdin closes the pipe: that write error is moot.
+        thread::spawn(move || {
+            let _ = child_stdin.write_all(&input);
+        });
+        let (done_tx, done_rx) = mpsc::channel();
+        let stdout = collect(child.stdout.take().expect("stdout piped"), done_tx.clone());
+        let stderr = collect(child.stderr.take().expect("stderr piped"), done_tx);
+
+        let status = wait_until(&mut child, &done_rx, started + self.timeout);
+        let Some(status) = status else {
+            // Kill errors mean it already exited; either way we report the timeout.
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(ExecError::Timeout(self.timeout));
+        };
+        let take =
+            |buffer: &Arc<Mutex<Vec<u8>>>| std::mem::take(&mut *buffer.lock().expect("reader never panics"));
+        let (stdout, stderr) = (take(&stdout), take(&stderr));
+        if status.success() {
+            Ok(stdout)
+        } else {
+            Err(ExecError::Failed {
+                status,
+                stdout,
+                stderr,
+            })
+        }
+    }
+}
+
+/// Reads `pipe` to the end into a shared buffer, then signals `done`.
+fn collect(mut pipe: impl Read + Send + 'static, done: mpsc::Sender<()>) -> Arc<Mutex<Vec<u8>>> {
+    let buffer = Arc::new(Mutex::new(Vec::new()));
+    let shared = Arc::clone(&buffer);
+    thread::spawn(move || {
+        let mut chunk = [0u8; 8192];
+        loop {
+            match pipe.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => shared
+                    .lock()
+                    .expect("reader never panics")
+                    .extend_from_slice(&chunk[..n]),
+            }
+        }
+        let _ = done.send(());
+    });
+    buffer
+}
+
+/// Waits for both pipes to close and the child to exit, until `deadline`. Pipes closing is
+/// the normal exit signal; a child that exits while something else holds its pipes is
+/// noticed by polling `try_wait` every few milliseconds.
+fn wait_until(child: &mut Child, done: &mpsc::Receiver<()>, deadline: Instant) -> Option<ExitStatus> {
+    const POLL: Duration = Duration::from_millis(20);
+    let mut closed = 0;
+    let mut exited_at: Option<Instant> = None;
+    while closed < 2 {
+        let now = Instant::now();
+        if now >= deadline {
+            return child.try_wait().ok().flatten();
+        }
+        if let Some(at) = exited_at
+            && now >= at + PIPE_GRACE
+        {
+            break;
+        }
+        match done.recv_timeout(POLL.min(deadline - now)) {
+            Ok(()) => closed += 1,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if exited_at.is_none() && matches!(child.try_wait(), Ok(Some(_))) {
+                    exited_at = Some(Instant::now());
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_micros(200)),
+            _ => return None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    #[test]
+    fn finds_the_first_executable_in_path_order() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        std::fs::write(a.path().join("p"), "not executable").unwrap();
+        let expected = script(b.path(), "p", "true");
+        let path = [a.path().to_path_buf(), b.path().to_path_buf()];
+        assert_eq!(find_plugin("p", &path).unwrap(), expected);
+        assert!(matches!(find_plugin("q", &path), Err(FindError::NotFound { .. })));
+        assert!(matches!(
+            find_plugin("../p", &path),
+            Err(FindError::InvalidName(_))
+        ));
+        assert!(matches!(find_plugin("", &path), Err(FindError::InvalidName(_))));
+    }
+
+    #[test]
+    fn passes_env_and_stdin_and_captures_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let echo = script(
+            dir.path(),
+            "echo",
+            r#"echo "log line" >&2; printf '%s|' "$CNI_COMMAND" "$CNI_IFNAME"; cat"#,
+        );
+        let env = [
+            ("CNI_COMMAND".to_string(), "ADD".to_string()),
+            ("CNI_IFNAME".into(), "eth0".into()),
+        ];
+        let out = ProcessExec::default().exec(&echo, &env, b"{\"x\":1}").unwrap();
+        assert_eq!(out, b"ADD|eth0|{\"x\":1}");
+    }
+
+    #[test]
+    fn non_zero_exit_keeps_stdout_and_stderr() {
+        let dir = tempfile::tempdir().unwrap();
+        let fail = script(
+            dir.path(),
+            "fail",
+            r#"echo '{"code":7,"msg":"bad"}'; echo oops >&2; exit 1"#,
+        );
+        match ProcessExec::default().exec(&fail, &[], b"") {
+            Err(ExecError::Failed {
+                status,
+                stdout,
+                stderr,
+            }) => {
+                assert_eq!(status.code(), Some(1));
+                assert_eq!(stdout, b"{\"code\":7,\"msg\":\"bad\"}\n");
+                assert_eq!(stderr, b"oops\n");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn timeout_kills_the_plugin() {
+        let dir = tempfile::tempdir().unwrap();
+        let slow = script(dir.path(), "slow", "exec sleep 30");
+        let exec = ProcessExec {
+            timeout: Duration::from_millis(200),
+            netns: None,
+        };
+        let started = Instant::now();
+        assert!(matches!(exec.exec(&slow, &[], b""), Err(ExecError::Timeout(_))));
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_daemon_holding_the_pipes_does_not_hang_us() {
+        let dir = tempfile::tempdir().unwrap();
+        let forks = script(dir.path(), "forks", "(sleep 5 &) ; echo done");
+        let started = Instant::now();
+        let out = ProcessExec::default().exec(&forks, &[], b"").unwrap();
+        assert_eq!(out, b"done\n");
+        assert!(started.elapsed() < Duration::from_secs(3));
+    }
+
+    #[test]
+    fn missing_binary_is_a_spawn_error() {
+        let err = ProcessExec::default()
+            .exec(Path::new("/nonexistent/x"), &[], b"")
+            .unwrap_err();
+        assert!(matches!(err, ExecError::Spawn { .. }));
+    }
+}
