@@ -1,0 +1,128 @@
+//! Root test: a real QEMU guest with two NICs on TAPs enslaved to two bridges in a launcher
+//! netns, each bridge served by weft's own DHCP server; the guest reports both leases, the
+//! guest agent's view and pings to both bridge addresses over its serial console.
+
+mod common;
+
+use std::net::Ipv4Addr;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Netns, can_run_root_test};
+use weft_dhcp::{ClasslessRoute, ServerConfig, bind_server_socket, spawn};
+use weft_guest::initramfs::DEFAULT_BUSYBOX;
+use weft_guest::kernel::kernel_dir;
+use weft_guest::{GuestNic, GuestSpec, RunningGuest, locate_kernel, write_initramfs};
+
+const MAC0: &str = "52:54:00:77:00:01";
+const MAC1: &str = "52:54:00:77:00:02";
+
+fn mac_bytes(mac: &str) -> [u8; 6] {
+    let parts: Vec<u8> = mac
+        .split(':')
+        .map(|p| u8::from_str_radix(p, 16).unwrap())
+        .collect();
+    parts.try_into().unwrap()
+}
+
+#[test]
+fn guest_leases_both_nics_from_weft_dhcp_and_pings_the_bridges() {
+    let name = "guest_leases_both_nics_from_weft_dhcp_and_pings_the_bridges";
+    if !can_run_root_test(name) {
+        return;
+    }
+    if Command::new(weft_guest::qemu::QEMU_BINARY)
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipping {name}: {} not installed", weft_guest::qemu::QEMU_BINARY);
+        return;
+    }
+    let kernel = match locate_kernel(&kernel_dir()) {
+        Ok(kernel) => kernel,
+        Err(error) => {
+            eprintln!("skipping {name}: {error}");
+            return;
+        }
+    };
+    // Dropped last: the guest and the DHCP servers go first.
+    let launcher = Netns::new("gl");
+    for (index, addr) in ["10.0.2.1/24", "10.0.3.1/24"].iter().enumerate() {
+        let (bridge, tap) = (format!("wt-br{index}"), format!("wt-tap{index}"));
+        launcher.ip(&["link", "add", &bridge, "type", "bridge"]);
+        launcher.ip(&["addr", "add", addr, "dev", &bridge]);
+        launcher.ip(&["link", "set", &bridge, "up"]);
+        launcher.ip(&["tuntap", "add", "dev", &tap, "mode", "tap"]);
+        launcher.ip(&["link", "set", &tap, "master", &bridge, "up"]);
+    }
+
+    let mut pod_network = ServerConfig::new("10.0.2.2/24".parse().unwrap(), Ipv4Addr::new(10, 0, 2, 1));
+    pod_network.router = Some(Ipv4Addr::new(10, 0, 2, 1));
+    pod_network.dns_servers = vec![Ipv4Addr::new(10, 0, 2, 1)];
+    pod_network.search_domains = vec!["default.svc.cluster.local".into()];
+    pod_network.hostname = "weft-vm".into();
+    pod_network.mtu = 1400;
+    pod_network.client_mac = Some(mac_bytes(MAC0));
+    let mut secondary = ServerConfig::new("10.0.3.2/24".parse().unwrap(), Ipv4Addr::new(10, 0, 3, 1));
+    secondary.routes = vec![ClasslessRoute {
+        destination: Some("198.51.100.0/24".parse().unwrap()),
+        gateway: Some(Ipv4Addr::new(10, 0, 3, 1)),
+    }];
+    secondary.client_mac = Some(mac_bytes(MAC1));
+    let sockets = launcher.enter(|| (bind_server_socket("wt-br0"), bind_server_socket("wt-br1")));
+    let _server0 = spawn(sockets.0.unwrap(), pod_network).unwrap();
+    let _server1 = spawn(sockets.1.unwrap(), secondary).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let initrd = dir.path().join("initramfs.gz");
+    write_initramfs(&kernel, DEFAULT_BUSYBOX.as_ref(), &initrd).unwrap();
+    let mut spec = GuestSpec::new("vm1", &kernel.vmlinux, &initrd, dir.path());
+    spec.cmdline_extras = vec!["weft.ping=10.0.2.1,10.0.3.1".into()];
+    spec.nics = vec![
+        GuestNic::virtio("wt-tap0", MAC0),
+        GuestNic::virtio("wt-tap1", MAC1),
+    ];
+    let mut guest = RunningGuest::spawn(&spec, Some(&launcher.name)).unwrap();
+
+    let report = guest
+        .wait_for(Duration::from_secs(60), |report| {
+            report.check("ping", "10.0.3.1").is_some()
+                && ["eth0", "eth1"].iter().all(|i| {
+                    report
+                        .agent_interface(i)
+                        .is_some_and(|ga| !ga.addresses.is_empty())
+                })
+        })
+        .unwrap_or_else(|error| {
+            let log = std::fs::read_to_string(spec.serial_log()).unwrap_or_default();
+            panic!("{error}\nserial log:\n{log}")
+        });
+
+    let eth0 = report.lease("eth0").expect("eth0 lease");
+    assert_eq!(eth0.address, "10.0.2.2/24".parse().unwrap());
+    assert_eq!(eth0.router, Some(Ipv4Addr::new(10, 0, 2, 1)));
+    assert_eq!(eth0.mtu, Some(1400));
+    assert_eq!(eth0.dns, vec![Ipv4Addr::new(10, 0, 2, 1)]);
+    assert_eq!(eth0.search, vec!["default.svc.cluster.local"]);
+    assert_eq!(eth0.hostname.as_deref(), Some("weft-vm"));
+    assert_eq!(eth0.lease_seconds, Some(86_313_600));
+    let eth1 = report.lease("eth1").expect("eth1 lease");
+    assert_eq!(eth1.address, "10.0.3.2/24".parse().unwrap());
+    assert_eq!(eth1.router, None);
+    assert_eq!(
+        eth1.static_routes,
+        vec![("198.51.100.0/24".parse().unwrap(), Ipv4Addr::new(10, 0, 3, 1))]
+    );
+    assert!(report.check("ping", "10.0.2.1").unwrap().ok, "{report:?}");
+    assert!(report.check("ping", "10.0.3.1").unwrap().ok, "{report:?}");
+    let ga0 = report.agent_interface("eth0").unwrap();
+    assert_eq!(ga0.mac, MAC0);
+    assert!(ga0.addresses.contains(&"10.0.2.2/24".parse().unwrap()), "{ga0:?}");
+    assert_eq!(report.agent_interface("eth1").unwrap().mac, MAC1);
+    assert!(
+        report.lease_failures.is_empty() && report.errors.is_empty(),
+        "{report:?}"
+    );
+    guest.stop().unwrap();
+}
