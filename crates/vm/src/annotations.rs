@@ -251,7 +251,7 @@ fn hotplug_networks_annotation(
     let to_annotate: Vec<&Interface> = interfaces
         .iter()
         .filter(|i| !i.is_absent())
-        .filter(|i| !(i.sriov.is_some() && !has_status(&i.name)))
+        .filter(|i| i.sriov.is_none() || has_status(&i.name))
         .collect();
     let required =
         to_annotate.iter().any(|i| !has_status(&i.name)) || interfaces.iter().any(Interface::is_absent);

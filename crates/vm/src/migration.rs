@@ -117,7 +117,7 @@ pub enum ConditionUpdate {
     /// Remove the `MigrationRequired` condition.
     Remove,
     /// Insert or replace the `MigrationRequired` condition.
-    Set(Condition),
+    Set(Box<Condition>),
 }
 
 /// KubeVirt's `syncMigrationRequiredCondition` (callers skip it while the VMI migrates).
@@ -139,7 +139,7 @@ pub fn migration_condition_update(
             if existing.is_some_and(|c| c.status == status && c.reason == reason) {
                 return ConditionUpdate::Keep;
             }
-            ConditionUpdate::Set(Condition {
+            ConditionUpdate::Set(Box::new(Condition {
                 type_: MIGRATION_REQUIRED.into(),
                 status: status.into(),
                 reason: reason.into(),
@@ -147,7 +147,7 @@ pub fn migration_condition_update(
                     Timestamp::from_second(now.as_second()).unwrap_or(now).to_string(),
                 )),
                 ..Default::default()
-            })
+            }))
         }
     }
 }

@@ -19,7 +19,8 @@ pub(super) fn interface_fields(root: &str, spec: &VmiSpec, config: &ClusterConfi
         let on_pod = spec
             .networks
             .iter()
-            .find(|n| n.name == iface.name)
+            // KubeVirt indexes networks by name in a map: the last duplicate wins.
+            .rfind(|n| n.name == iface.name)
             .is_some_and(|n| n.pod.is_some());
         name(&path, iface, causes);
         model(&path, iface, causes);
@@ -93,7 +94,7 @@ pub fn parse_mac_len(s: &str) -> Option<usize> {
     }
     let hex_groups = |group: usize, sep: u8| -> Option<usize> {
         let stride = group + 1;
-        if (b.len() + 1) % stride != 0 {
+        if !(b.len() + 1).is_multiple_of(stride) {
             return None;
         }
         let groups = (b.len() + 1) / stride;

@@ -80,7 +80,8 @@ pub(super) fn bindings(root: &str, spec: &VmiSpec, config: &ClusterConfig, cause
         let net = spec
             .networks
             .iter()
-            .find(|n| n.name == iface.name)
+            // KubeVirt indexes networks by name in a map: the last duplicate wins.
+            .rfind(|n| n.name == iface.name)
             .unwrap_or(&no_network);
         let on_pod = net.pod.is_some();
         if binding_count(iface) != 1 {
