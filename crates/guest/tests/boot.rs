@@ -25,6 +25,16 @@ fn mac_bytes(mac: &str) -> [u8; 6] {
     parts.try_into().unwrap()
 }
 
+/// Kills and reaps a helper process when the test ends, even on failure.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn guest_leases_both_nics_from_weft_dhcp_and_pings_the_bridges() {
     let name = "guest_leases_both_nics_from_weft_dhcp_and_pings_the_bridges";
@@ -75,10 +85,34 @@ fn guest_leases_both_nics_from_weft_dhcp_and_pings_the_bridges() {
     let _server1 = spawn(sockets.1.unwrap(), secondary).unwrap();
 
     let dir = tempfile::tempdir().unwrap();
+    let www = dir.path().join("www");
+    std::fs::create_dir(&www).unwrap();
+    std::fs::write(www.join("index.html"), "hello-from-launcher\n").unwrap();
+    let _httpd = KillOnDrop(
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &launcher.name,
+                "busybox",
+                "httpd",
+                "-f",
+                "-p",
+                "10.0.2.1:8080",
+            ])
+            .arg("-h")
+            .arg(&www)
+            .spawn()
+            .unwrap(),
+    );
     let initrd = dir.path().join("initramfs.gz");
     write_initramfs(&kernel, DEFAULT_BUSYBOX.as_ref(), &initrd).unwrap();
     let mut spec = GuestSpec::new("vm1", &kernel.vmlinux, &initrd, dir.path());
-    spec.cmdline_extras = vec!["weft.ping=10.0.2.1,10.0.3.1".into()];
+    spec.cmdline_extras = vec![
+        "weft.ping=10.0.2.1,10.0.3.1".into(),
+        "weft.wget=http://10.0.2.1:8080/index.html".into(),
+        "weft.httpd=80".into(),
+    ];
     spec.nics = vec![
         GuestNic::virtio("wt-tap0", MAC0),
         GuestNic::virtio("wt-tap1", MAC1),
@@ -87,7 +121,7 @@ fn guest_leases_both_nics_from_weft_dhcp_and_pings_the_bridges() {
 
     let report = guest
         .wait_for(Duration::from_secs(60), |report| {
-            report.check("ping", "10.0.3.1").is_some()
+            report.check("httpd", "80").is_some()
                 && ["eth0", "eth1"].iter().all(|i| {
                     report
                         .agent_interface(i)
