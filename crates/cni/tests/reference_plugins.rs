@@ -1,0 +1,319 @@
+//! The runtime driving the real reference plugins from /usr/lib/cni. Root tests create their
+//! own network namespaces (`wt-<pid>-<n>-...`): a "host" one where the plugins run (bridges
+//! and macvlan parents live there) and a "pod" one; both are removed on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::{Value, json};
+use weft_cni::runtime::exec::ProcessExec;
+use weft_cni::{
+    CniArgs, CniRuntime, CniVersion, Delegate, DelegateError, GcAttachment, JsonObject, RuntimeConf,
+};
+
+const PLUGIN_DIR: &str = "/usr/lib/cni";
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+fn unique() -> String {
+    format!(
+        "{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn plugins_installed() -> bool {
+    if Path::new(PLUGIN_DIR).join("bridge").exists() {
+        return true;
+    }
+    eprintln!("skipping: reference CNI plugins not installed in {PLUGIN_DIR}");
+    false
+}
+
+fn can_run_root_tests() -> bool {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipping: needs root (CAP_NET_ADMIN) to create network namespaces");
+        return false;
+    }
+    plugins_installed()
+}
+
+fn ip(args: &[&str]) -> std::process::Output {
+    Command::new("ip")
+        .args(args)
+        .output()
+        .expect("iproute2 is installed")
+}
+
+fn ip_ok(args: &[&str]) {
+    let out = ip(args);
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A network namespace created for one test, deleted on drop.
+struct Netns {
+    name: String,
+}
+
+impl Netns {
+    fn new(role: &str) -> Self {
+        let name = format!("wt-{}-{role}", unique());
+        ip_ok(&["netns", "add", &name]);
+        let ns = Self { name };
+        ip_ok(&["-n", &ns.name, "link", "set", "lo", "up"]);
+        ns
+    }
+
+    fn path(&self) -> PathBuf {
+        PathBuf::from("/run/netns").join(&self.name)
+    }
+
+    fn path_str(&self) -> String {
+        self.path().to_string_lossy().into_owned()
+    }
+
+    fn link(&self, ifname: &str) -> Option<Value> {
+        let out = ip(&["-j", "-n", &self.name, "addr", "show", "dev", ifname]);
+        if !out.status.success() {
+            return None;
+        }
+        let links: Value = serde_json::from_slice(&out.stdout).ok()?;
+        links.as_array()?.first().cloned()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        // Deleting the namespace destroys every link still inside it.
+        let _ = ip(&["netns", "del", &self.name]);
+    }
+}
+
+fn object(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        other => panic!("not an object: {other}"),
+    }
+}
+
+fn runtime_in(host: &Netns) -> CniRuntime<ProcessExec> {
+    CniRuntime::with_executor([PLUGIN_DIR], ProcessExec::in_netns(host.path()))
+}
+
+fn attachment(pod: &Netns, container_id: &str, ifname: &str) -> RuntimeConf {
+    RuntimeConf {
+        container_id: container_id.into(),
+        netns: pod.path_str(),
+        ifname: ifname.into(),
+        args: CniArgs::from_pairs([("IgnoreUnknown", "1"), ("K8S_POD_NAME", "pod")]),
+        capability_args: JsonObject::new(),
+    }
+}
+
+#[test]
+fn bridge_host_local_tuning_chain_add_check_del() {
+    if !can_run_root_tests() {
+        return;
+    }
+    let host = Netns::new("host");
+    let pod = Netns::new("pod");
+    let state = tempfile::tempdir().unwrap();
+    let id = unique().replace('-', "");
+    let bridge = format!("wtb{id}");
+    let mac = "02:77:00:00:00:42";
+    // 1.1.0 on purpose: the Debian plugins speak ≤ 1.0.0, so the runtime must negotiate down.
+    let delegate = Delegate::from_bytes(
+        json!({
+            "cniVersion": "1.1.0",
+            "name": format!("wtnet{id}"),
+            "plugins": [
+                {"type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": false,
+                 "ipam": {"type": "host-local", "dataDir": state.path(),
+                          "ranges": [[{"subnet": "10.213.0.0/24", "rangeStart": "10.213.0.10"}]],
+                          "routes": [{"dst": "0.0.0.0/0"}]}},
+                {"type": "tuning", "mtu": 1400, "capabilities": {"mac": true}}
+            ]
+        })
+        .to_string()
+        .as_bytes(),
+    )
+    .unwrap();
+    let cni = runtime_in(&host);
+    let mut runtime = attachment(&pod, &format!("ctr{id}"), "eth0");
+    runtime.capability_args = object(json!({"mac": mac, "portMappings": []}));
+
+    let result = delegate.add(&cni, &runtime).expect("ADD");
+    assert_eq!(result.cni_version, "1.1.0");
+    let address = result.ips.first().expect("an address").address;
+    assert_eq!(address.to_string(), "10.213.0.10/24");
+    let eth0 = result
+        .interfaces
+        .iter()
+        .find(|i| i.name == "eth0")
+        .expect("eth0 in result");
+    assert_eq!(eth0.sandbox, pod.path_str());
+    assert_eq!(eth0.mac, mac);
+
+    let link = pod.link("eth0").expect("eth0 exists in the pod netns");
+    assert_eq!(link["mtu"], 1400);
+    assert_eq!(link["address"], mac);
+    assert!(
+        link["addr_info"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["local"] == "10.213.0.10")
+    );
+    assert!(
+        host.link(&bridge).is_some(),
+        "bridge created in the host netns, not ours"
+    );
+    assert!(
+        ip(&["link", "show", &bridge]).stdout.is_empty(),
+        "nothing leaked into our netns"
+    );
+
+    delegate.check(&cni, &runtime, Some(&result)).expect("CHECK");
+    // STATUS and GC: the list is 1.1.0 but no plugin speaks it, so nothing is asked.
+    delegate.status(&cni).expect("STATUS");
+    delegate
+        .gc(
+            &cni,
+            &[GcAttachment {
+                container_id: runtime.container_id.clone(),
+                ifname: "eth0".into(),
+            }],
+        )
+        .expect("GC");
+
+    delegate.del(&cni, &runtime, Some(&result)).expect("DEL");
+    assert!(pod.link("eth0").is_none(), "eth0 removed by DEL");
+    delegate
+        .del(&cni, &runtime, Some(&result))
+        .expect("second DEL succeeds");
+    delegate
+        .del(&cni, &runtime, None)
+        .expect("DEL without a cached result succeeds");
+}
+
+#[test]
+fn macvlan_static_single_conf() {
+    if !can_run_root_tests() {
+        return;
+    }
+    let host = Netns::new("host");
+    let pod = Netns::new("pod");
+    let id = unique().replace('-', "");
+    let (parent, peer) = (format!("wtm{id}a"), format!("wtm{id}b"));
+    ip_ok(&[
+        "-n", &host.name, "link", "add", &parent, "type", "veth", "peer", "name", &peer,
+    ]);
+    ip_ok(&["-n", &host.name, "link", "set", &parent, "up"]);
+    ip_ok(&["-n", &host.name, "link", "set", &peer, "up"]);
+    let delegate = Delegate::from_bytes(
+        json!({"cniVersion": "1.0.0", "name": "wtmv", "type": "macvlan", "master": parent, "mode": "bridge",
+               "ipam": {"type": "static", "addresses": [{"address": "10.214.0.11/24"}]}})
+        .to_string()
+        .as_bytes(),
+    )
+    .unwrap();
+    let cni = runtime_in(&host);
+    let runtime = attachment(&pod, &format!("ctr{id}"), "net1");
+
+    let result = delegate.add(&cni, &runtime).expect("ADD");
+    assert_eq!(result.ips[0].address.to_string(), "10.214.0.11/24");
+    let link = pod.link("net1").expect("net1 exists in the pod netns");
+    assert!(
+        link["addr_info"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["local"] == "10.214.0.11")
+    );
+    delegate.check(&cni, &runtime, Some(&result)).expect("CHECK");
+    delegate.del(&cni, &runtime, Some(&result)).expect("DEL");
+    assert!(pod.link("net1").is_none(), "net1 removed by DEL");
+    delegate
+        .del(&cni, &runtime, Some(&result))
+        .expect("second DEL succeeds");
+}
+
+#[test]
+fn add_failure_reports_the_plugin_error() {
+    if !can_run_root_tests() {
+        return;
+    }
+    let host = Netns::new("host");
+    let pod = Netns::new("pod");
+    let delegate = Delegate::from_bytes(
+        br#"{"cniVersion":"1.0.0","name":"wtbad","type":"macvlan","master":"wt-no-such-link",
+             "ipam":{"type":"static","addresses":[{"address":"10.215.0.2/24"}]}}"#,
+    )
+    .unwrap();
+    let err = delegate
+        .add(&runtime_in(&host), &attachment(&pod, "ctr-bad", "net1"))
+        .expect_err("no such master");
+    let DelegateError::Plugin { plugin, error, .. } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(plugin, "macvlan");
+    // macvlan 1.1.1 says only `{"code":999,"msg":"Link not found"}`.
+    assert!(error.msg.to_lowercase().contains("not found"), "{error:?}");
+    assert!(err.to_string().contains("macvlan"), "{err}");
+    assert!(pod.link("net1").is_none());
+}
+
+#[test]
+fn missing_plugin_is_a_clear_error() {
+    let delegate =
+        Delegate::from_bytes(br#"{"cniVersion":"1.0.0","name":"n","type":"wt-no-such-plugin"}"#).unwrap();
+    let cni = CniRuntime::new(["/nonexistent-dir", PLUGIN_DIR]);
+    let runtime = RuntimeConf {
+        container_id: "c".into(),
+        netns: "/run/netns/none".into(),
+        ifname: "eth0".into(),
+        ..RuntimeConf::default()
+    };
+    let err = delegate.add(&cni, &runtime).unwrap_err();
+    assert!(matches!(err, DelegateError::NotFound(_)), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("\"wt-no-such-plugin\"") && text.contains("/nonexistent-dir"),
+        "{text}"
+    );
+    assert_eq!(err.to_cni_error().code, weft_cni::codes::DELEGATE_FAILED);
+}
+
+#[test]
+fn real_plugins_report_versions_and_reject_1_1_0_without_negotiation() {
+    if !plugins_installed() {
+        return;
+    }
+    let cni = CniRuntime::new([PLUGIN_DIR]);
+    let versions = cni
+        .plugin_versions(&Path::new(PLUGIN_DIR).join("bridge"))
+        .expect("bridge answers VERSION");
+    assert!(versions.contains(&CniVersion::V1_0_0));
+    let strict = CniRuntime::new([PLUGIN_DIR]).without_version_negotiation();
+    let delegate = Delegate::from_bytes(br#"{"cniVersion":"1.1.0","name":"n","type":"bridge"}"#).unwrap();
+    let runtime = RuntimeConf {
+        container_id: "c".into(),
+        netns: "/run/netns/none".into(),
+        ifname: "eth0".into(),
+        ..RuntimeConf::default()
+    };
+    if versions.contains(&CniVersion::V1_1_0) {
+        eprintln!("skipping the rejection half: these plugins speak 1.1.0");
+        return;
+    }
+    let err = delegate.add(&strict, &runtime).unwrap_err();
+    let cni_error = err.to_cni_error();
+    assert_eq!(cni_error.code, weft_cni::codes::INCOMPATIBLE_VERSION, "{err}");
+    assert_eq!(cni_error.msg, "incompatible CNI versions");
+}
