@@ -113,11 +113,6 @@ impl NetworkConfig {
         &self.0
     }
 
-    /// The underlying object, mutable (keep it valid: `type` must stay a string).
-    pub fn as_object_mut(&mut self) -> &mut JsonObject {
-        &mut self.0
-    }
-
     /// Unwraps the object.
     pub fn into_object(self) -> JsonObject {
         self.0
@@ -200,8 +195,20 @@ impl NetworkConfig {
     }
 
     /// Sets a top-level key, replacing any previous value in place (key order kept).
-    pub fn insert(&mut self, key: &str, value: Value) {
-        self.0.insert(key.to_string(), value);
+    /// Rejected (and not applied) when it would make the config invalid.
+    pub fn insert(&mut self, key: &str, value: Value) -> Result<(), ConfigError> {
+        self.update(|object| {
+            object.insert(key.to_string(), value);
+        })
+    }
+
+    /// Edits the object; the edit is kept only if the result is still a valid config.
+    pub fn update(&mut self, edit: impl FnOnce(&mut JsonObject)) -> Result<(), ConfigError> {
+        let mut edited = Self(self.0.clone());
+        edit(&mut edited.0);
+        edited.validate("")?;
+        *self = edited;
+        Ok(())
     }
 }
 
@@ -310,6 +317,30 @@ impl NetworkConfigList {
     pub fn plugins(&self) -> &[NetworkConfig] {
         &self.plugins
     }
+
+    /// Edits the list's own object (not `plugins`: use [`Self::update_plugins`]); kept only if
+    /// the list stays valid. E.g. inject a missing `name` or `cniVersion`.
+    pub fn update(&mut self, edit: impl FnOnce(&mut JsonObject)) -> Result<(), ConfigError> {
+        let mut raw = self.raw.clone();
+        edit(&mut raw);
+        raw.insert("plugins".into(), self.raw["plugins"].clone());
+        *self = Self::from_object(raw)?;
+        Ok(())
+    }
+
+    /// Edits every plugin's object in order (e.g. add `deviceID`, `args.cni`); kept only if
+    /// every plugin stays valid.
+    pub fn update_plugins(&mut self, mut edit: impl FnMut(&mut JsonObject)) -> Result<(), ConfigError> {
+        let mut raw = self.raw.clone();
+        if let Some(Value::Array(plugins)) = raw.get_mut("plugins") {
+            plugins
+                .iter_mut()
+                .filter_map(Value::as_object_mut)
+                .for_each(&mut edit);
+        }
+        *self = Self::from_object(raw)?;
+        Ok(())
+    }
 }
 
 /// A configuration as found in a NAD or a conf dir: a single plugin or a list.
@@ -358,6 +389,23 @@ impl AnyNetworkConfig {
         match self {
             Self::Single(config) => config.to_bytes(),
             Self::List(list) => list.to_bytes(),
+        }
+    }
+
+    /// Edits the single plugin, or every plugin of the list (Multus sets `deviceID` this way).
+    pub fn update_plugins(&mut self, mut edit: impl FnMut(&mut JsonObject)) -> Result<(), ConfigError> {
+        match self {
+            Self::Single(config) => config.update(edit),
+            Self::List(list) => list.update_plugins(&mut edit),
+        }
+    }
+
+    /// The configuration as a list: a single plugin becomes a one-plugin list with its own
+    /// name and version (what libcni runs).
+    pub fn into_list(self) -> NetworkConfigList {
+        match self {
+            Self::Single(config) => NetworkConfigList::from_single(config),
+            Self::List(list) => list,
         }
     }
 }
@@ -451,6 +499,46 @@ mod tests {
         assert_eq!(list.name(), "m");
         assert_eq!(list.cni_version(), CniVersion::V1_0_0);
         assert_eq!(list.plugins(), &[single]);
+    }
+
+    #[test]
+    fn edits_keep_configs_valid() {
+        let mut list = NetworkConfigList::from_bytes(CONFLIST.as_bytes()).unwrap();
+        list.update_plugins(|p| {
+            p.insert("deviceID".into(), json!("0000:00:01.0"));
+        })
+        .unwrap();
+        assert!(
+            list.plugins()
+                .iter()
+                .all(|p| p.as_object()["deviceID"] == "0000:00:01.0")
+        );
+        assert_eq!(list.as_object()["plugins"][1]["deviceID"], "0000:00:01.0");
+        assert!(
+            list.update_plugins(|p| {
+                p.remove("type");
+            })
+            .is_err()
+        );
+        assert_eq!(
+            list.plugins()[0].plugin_type(),
+            "bridge",
+            "a failed edit changes nothing"
+        );
+        list.update(|l| {
+            l.insert("cniVersion".into(), json!("1.1.0"));
+            l.remove("plugins");
+        })
+        .unwrap();
+        assert_eq!(list.cni_version(), CniVersion::V1_1_0);
+        assert_eq!(list.plugins().len(), 2);
+
+        let mut single = NetworkConfig::from_bytes(br#"{"type":"macvlan"}"#).unwrap();
+        assert!(single.insert("cniVersion", json!("x")).is_err());
+        single.insert("name", json!("n")).unwrap();
+        assert_eq!(single.name(), Some("n"));
+        let any = AnyNetworkConfig::Single(single);
+        assert_eq!(any.into_list().name(), "n");
     }
 
     proptest! {

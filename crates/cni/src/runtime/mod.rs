@@ -13,7 +13,7 @@ pub mod plan;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
 use crate::args::CniArgs;
@@ -115,29 +115,59 @@ impl DelegateError {
 /// What VERSION said for a binary, and the binary's mtime when asked (`None`: no useful answer).
 type ProbedVersions = (Option<SystemTime>, Option<Vec<CniVersion>>);
 
+/// VERSION answers per plugin binary, valid while the binary's mtime is unchanged.
+#[derive(Debug, Default)]
+struct VersionCache(Mutex<HashMap<PathBuf, ProbedVersions>>);
+
+impl VersionCache {
+    /// The cache shared by every [`CniRuntime::new`] in this process, so a runtime made per
+    /// request still probes each binary only once.
+    fn shared() -> Arc<Self> {
+        static SHARED: OnceLock<Arc<VersionCache>> = OnceLock::new();
+        Arc::clone(SHARED.get_or_init(Default::default))
+    }
+
+    fn get(&self, binary: &Path, modified: Option<SystemTime>) -> Option<Option<Vec<CniVersion>>> {
+        let cache = self.0.lock().expect("version cache lock never poisoned");
+        cache
+            .get(binary)
+            .filter(|(at, _)| *at == modified)
+            .map(|(_, versions)| versions.clone())
+    }
+
+    fn put(&self, binary: &Path, modified: Option<SystemTime>, versions: Option<Vec<CniVersion>>) {
+        let mut cache = self.0.lock().expect("version cache lock never poisoned");
+        cache.insert(binary.to_path_buf(), (modified, versions));
+    }
+}
+
 /// Runs delegate plugins found in a search path.
 pub struct CniRuntime<E: PluginExec = ProcessExec> {
     search_path: Vec<PathBuf>,
     executor: E,
     negotiate_versions: bool,
-    versions: Mutex<HashMap<PathBuf, ProbedVersions>>,
+    versions: Arc<VersionCache>,
 }
 
 impl CniRuntime<ProcessExec> {
     /// A runtime running plugins from `search_path` as child processes.
+    /// VERSION answers are cached process-wide (per binary and mtime).
     pub fn new(search_path: impl IntoIterator<Item = impl Into<PathBuf>>) -> Self {
-        Self::with_executor(search_path, ProcessExec::default())
+        let mut runtime = Self::with_executor(search_path, ProcessExec::default());
+        runtime.versions = VersionCache::shared();
+        runtime
     }
 }
 
 impl<E: PluginExec> CniRuntime<E> {
-    /// A runtime with a custom executor (a netns, a timeout, or a fake for tests).
+    /// A runtime with a custom executor (a netns, a timeout, or a fake for tests) and its own
+    /// VERSION cache.
     pub fn with_executor(search_path: impl IntoIterator<Item = impl Into<PathBuf>>, executor: E) -> Self {
         Self {
             search_path: search_path.into_iter().map(Into::into).collect(),
             executor,
             negotiate_versions: true,
-            versions: Mutex::new(HashMap::new()),
+            versions: Arc::default(),
         }
     }
 
@@ -279,11 +309,8 @@ impl<E: PluginExec> CniRuntime<E> {
     /// `None` when it does not answer VERSION usefully.
     pub fn plugin_versions(&self, binary: &Path) -> Option<Vec<CniVersion>> {
         let modified = binary.metadata().and_then(|m| m.modified()).ok();
-        let mut cache = self.versions.lock().expect("version cache lock never poisoned");
-        if let Some((at, versions)) = cache.get(binary)
-            && *at == modified
-        {
-            return versions.clone();
+        if let Some(versions) = self.versions.get(binary, modified) {
+            return versions;
         }
         let env = plan::plugin_env(CniCommand::Version, None, &self.search_path);
         let stdin = format!(r#"{{"cniVersion":"{}"}}"#, CniVersion::LATEST);
@@ -294,7 +321,7 @@ impl<E: PluginExec> CniRuntime<E> {
             .and_then(|out| serde_json::from_slice::<VersionReply>(&out).ok())
             .map(|reply| reply.versions())
             .filter(|versions| !versions.is_empty());
-        cache.insert(binary.to_path_buf(), (modified, versions.clone()));
+        self.versions.put(binary, modified, versions.clone());
         versions
     }
 
@@ -428,18 +455,14 @@ fn collect_errors(mut errors: Vec<DelegateError>) -> Result<(), DelegateError> {
 /// [`CniRuntime`]. A single plugin is run as a one-plugin list with its own name and version.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Delegate {
-    /// The configuration as given (kept for caches and status).
-    pub config: AnyNetworkConfig,
+    config: AnyNetworkConfig,
     list: NetworkConfigList,
 }
 
 impl Delegate {
     /// A delegate for a parsed configuration.
     pub fn new(config: AnyNetworkConfig) -> Self {
-        let list = match &config {
-            AnyNetworkConfig::Single(single) => NetworkConfigList::from_single(single.clone()),
-            AnyNetworkConfig::List(list) => list.clone(),
-        };
+        let list = config.clone().into_list();
         Self { config, list }
     }
 
@@ -451,6 +474,11 @@ impl Delegate {
     /// The network name.
     pub fn name(&self) -> &str {
         self.list.name()
+    }
+
+    /// The configuration as given (a single plugin or a list).
+    pub fn config(&self) -> &AnyNetworkConfig {
+        &self.config
     }
 
     /// The configuration as a list.
