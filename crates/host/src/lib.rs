@@ -25,6 +25,7 @@ pub use error::{HostError, Result};
 pub use mac::MacAddr;
 pub use netlink::Netlink;
 pub use netlink::address::{self, Address, IpFamily};
+pub use netlink::fdb::{self, FLOOD_MAC, FdbEntry};
 pub use netlink::link::{self, Link, LinkId, MacvlanMode, OperState, Vxlan};
 pub use netlink::route::{self, MAIN_TABLE, Route};
 pub use netns::{Netns, run_in};

@@ -3,7 +3,7 @@
 mod common;
 
 use common::{TestNs, root_or_skip};
-use weft_host::{MacAddr, MacvlanMode, OperState, Vxlan};
+use weft_host::{FLOOD_MAC, FdbEntry, MacAddr, MacvlanMode, OperState, Vxlan};
 
 #[test]
 fn bridge_create_up_mtu_mac_delete() {
@@ -205,4 +205,85 @@ fn macvlan_on_a_veth_parent() {
         .unwrap_err();
     assert!(err.is_not_found(), "{err}");
     assert!(err.to_string().starts_with("create macvlan mv2"), "{err}");
+}
+
+#[test]
+fn two_nodes_joined_by_vxlan_with_head_end_replication() {
+    if !root_or_skip() {
+        return;
+    }
+    let node1 = TestNs::new();
+    let node2 = TestNs::new();
+    let mut nl1 = node1.netlink();
+    let mut nl2 = node2.netlink();
+    nl1.create_veth("underlay", "underlay", Some(&node2.ns)).unwrap();
+    let nodes = [
+        (&mut nl1, "10.255.0.1", "10.255.0.2", "10.100.0.1/24"),
+        (&mut nl2, "10.255.0.2", "10.255.0.1", "10.100.0.2/24"),
+    ];
+    for (nl, local, remote, overlay) in nodes {
+        nl.add_address("underlay", format!("{local}/24").parse().unwrap())
+            .unwrap();
+        nl.set_up("underlay").unwrap();
+        let vxlan = Vxlan {
+            local: Some(local.parse().unwrap()),
+            underlay: Some("underlay".into()),
+            ..Vxlan::new(100)
+        };
+        nl.create_vxlan("vxlan0", &vxlan).unwrap();
+        let flood = FdbEntry {
+            mac: FLOOD_MAC,
+            remote: remote.parse().unwrap(),
+        };
+        nl.append_fdb("vxlan0", flood).unwrap();
+        let entries = nl.fdb("vxlan0").unwrap();
+        assert!(entries.contains(&flood), "{entries:?}");
+        nl.add_address("vxlan0", overlay.parse().unwrap()).unwrap();
+        nl.set_up("vxlan0").unwrap();
+    }
+    let oracle = node1.ip_json(&["link", "show"]);
+    assert!(oracle.as_array().unwrap().iter().any(|l| l["ifname"] == "vxlan0"));
+    let fdb = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &node1.name,
+            "bridge",
+            "-j",
+            "fdb",
+            "show",
+            "dev",
+            "vxlan0",
+        ])
+        .output()
+        .unwrap();
+    let fdb: serde_json::Value = serde_json::from_slice(&fdb.stdout).unwrap();
+    assert!(
+        fdb.as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["mac"] == "00:00:00:00:00:00" && e["dst"] == "10.255.0.2"),
+        "{fdb}"
+    );
+
+    let ping = node1
+        .ns
+        .spawn(
+            std::process::Command::new("busybox")
+                .args(["ping", "-c", "1", "-W", "5", "10.100.0.2"])
+                .stdout(std::process::Stdio::null()),
+        )
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(ping.success(), "no ping across the VXLAN overlay");
+
+    let flood = FdbEntry {
+        mac: FLOOD_MAC,
+        remote: "10.255.0.2".parse().unwrap(),
+    };
+    nl1.delete_fdb("vxlan0", flood).unwrap();
+    assert!(!nl1.fdb("vxlan0").unwrap().contains(&flood));
+    let err = nl1.delete_fdb("vxlan0", flood).unwrap_err();
+    assert!(err.is_not_found(), "{err}");
 }

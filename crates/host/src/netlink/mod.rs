@@ -6,9 +6,11 @@
 //! keep it. Each request is one send and a few receives, no process spawn.
 //!
 //! The operations live next to the kernel object they manage: [`link`]
-//! (links, bridge ports, namespaces moves), [`address`], [`route`].
+//! (links, bridge ports, namespace moves), [`address`], [`route`], [`fdb`]
+//! (VXLAN forwarding entries).
 
 pub mod address;
+pub mod fdb;
 pub mod link;
 pub mod route;
 
