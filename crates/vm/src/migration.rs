@@ -160,3 +160,64 @@ pub fn migration_required_condition(vmi: &VirtualMachineInstance) -> Option<&Con
         .iter()
         .find(|c| c.type_ == MIGRATION_REQUIRED)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn condition(status: &str, reason: &str, since: &str) -> Condition {
+        Condition {
+            type_: MIGRATION_REQUIRED.into(),
+            status: status.into(),
+            reason: reason.into(),
+            last_transition_time: Some(serde_json::Value::String(since.into())),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn condition_handling() {
+        let now = at("2025-01-01T00:00:30Z");
+        assert_eq!(
+            migration_condition_update(None, MigrationRequirement::NotRequired, now),
+            ConditionUpdate::Keep
+        );
+        let pending = condition("False", REASON_MIGRATION_PENDING, "2025-01-01T00:00:00Z");
+        assert_eq!(
+            migration_condition_update(Some(&pending), MigrationRequirement::NotRequired, now),
+            ConditionUpdate::Remove
+        );
+        // Same status and reason: the old transition time is kept.
+        assert_eq!(
+            migration_condition_update(Some(&pending), MigrationRequirement::Pending, now),
+            ConditionUpdate::Keep
+        );
+        let ConditionUpdate::Set(due) =
+            migration_condition_update(Some(&pending), MigrationRequirement::Required, now)
+        else {
+            panic!("expected Set");
+        };
+        assert_eq!(
+            (due.status.as_str(), due.reason.as_str()),
+            ("True", REASON_MIGRATION_DUE)
+        );
+        assert_eq!(
+            due.last_transition_time,
+            Some(serde_json::json!("2025-01-01T00:00:30Z"))
+        );
+        // An existing True condition stays until the migration target removes it.
+        assert_eq!(
+            migration_condition_update(Some(&due), MigrationRequirement::Pending, now),
+            ConditionUpdate::Keep
+        );
+        let ConditionUpdate::Set(new) = migration_condition_update(None, MigrationRequirement::Pending, now)
+        else {
+            panic!("expected Set");
+        };
+        assert_eq!(new.status, "False");
+    }
+}

@@ -66,11 +66,17 @@ pub struct RenderInput {
     pub config: ClusterConfig,
 }
 
+/// YAML 1.2 booleans only: with YAML 1.1 spellings, a namespace named `n` or `no` would turn
+/// into `false` (documents are read untyped before their kind is known).
+fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! { strict_booleans: true }
+}
+
 fn documents(doc: &str) -> Result<Vec<Value>, RenderError> {
     let values = match serde_json::from_str::<Value>(doc) {
         Ok(Value::Array(items)) => items,
         Ok(value) => vec![value],
-        Err(json_err) => serde_saphyr::from_multiple::<Value>(doc)
+        Err(json_err) => serde_saphyr::from_multiple_with_options::<Value>(doc, yaml_options())
             .map_err(|yaml_err| RenderError::Parse(format!("{yaml_err} (as JSON: {json_err})")))?,
     };
     let mut flat = Vec::new();

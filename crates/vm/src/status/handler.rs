@@ -262,3 +262,54 @@ fn merge_ips(existing: &[String], guest: &[String]) -> Vec<String> {
     merged.extend(pick(false));
     merged
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Interface, Marker, Network};
+
+    #[test]
+    fn sriov_hostdevs_and_guest_only_limit() {
+        let mut spec = VmiSpec {
+            networks: vec![Network {
+                name: "sr".into(),
+                multus: Some(Default::default()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        spec.interfaces_mut().push(Interface {
+            name: "sr".into(),
+            sriov: Some(Marker::new()),
+            mac_address: "aa:bb:cc:dd:ee:ff".into(),
+            ..Default::default()
+        });
+        let report = DomainReport {
+            hostdev_aliases: vec!["ua-sriov-sr".into(), "ua-gpu".into()],
+            guest_agent_interfaces: (0..12)
+                .map(|i| GuestAgentInterface {
+                    mac: format!("02:00:00:00:00:{i:02x}"),
+                    ips: vec![format!("10.0.0.{i}")],
+                    interface_name: format!("eth{i}"),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let previous = vec![InterfaceStatus {
+            name: "sr".into(),
+            pod_interface_name: "pod123".into(),
+            info_source: "multus-status".into(),
+            ..Default::default()
+        }];
+        let status = handler_status_interfaces(&spec, &previous, &report);
+        assert_eq!(status[0].name, "sr");
+        assert_eq!(status[0].mac, "aa:bb:cc:dd:ee:ff");
+        assert_eq!(status[0].info_source, "domain, multus-status");
+        assert_eq!(status[0].pod_interface_name, "pod123");
+        assert_eq!(status[0].queue_count, 0);
+        assert_eq!(status.len(), 1 + MAX_GUEST_ONLY_INTERFACES);
+        assert_eq!(status[1].ip_address, "10.0.0.0");
+        assert_eq!(status[1].info_source, "guest-agent");
+    }
+}
