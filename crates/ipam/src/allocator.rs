@@ -2,26 +2,30 @@
 //! whose name is derived from (network, address), so `create` either takes the address or fails
 //! with AlreadyExists (another allocator won the race) and the allocator moves on.
 //!
-//! Per allocation: one list of the network's reservations, then one `create` per range (more
-//! only when racing). Allocators start at a random offset, so concurrent ones rarely collide.
+//! Per allocation, in the common case: one `create` per range and no read at all (see
+//! [`allocate`]). Lists happen only when a pool is dense, for CHECK/STATUS/GC, and for a DEL
+//! that finds nothing at the attachment's home addresses.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sha2::{Digest, Sha256};
 use weft_store::{Api, ListOptions, Resource, Store, StoreError};
 
 use crate::claim::IpamClaim;
 use crate::config::IpamConfig;
 use crate::error::IpamError;
 use crate::range::AddressRange;
-use crate::reservation::{IpReservation, IpReservationSpec, NETWORK_LABEL, network_label};
+use crate::reservation::{IpReservation, IpReservationSpec, NETWORK_LABEL, network_label, reservation_name};
 
 /// How many lost races per range before giving up with [`IpamError::Contention`].
 const MAX_ATTEMPTS: usize = 64;
 /// After this many lost races in a row the allocator backs off and re-reads the network.
 const RELIST_EVERY: usize = 8;
+/// Home addresses tried per range before falling back to listing the network.
+const HOME_SLOTS: u32 = 4;
 
 /// Who an ADD allocates for: the attachment identity plus what is recorded for reconcilers.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -111,9 +115,12 @@ fn requests_per_range(config: &IpamConfig, requested: &[IpAddr]) -> Result<Vec<O
 
 /// Hand out one address per range for `holder` (or for `claim`, when given).
 ///
-/// Idempotent: addresses the attachment (or claim) already holds are returned again. Requested
-/// addresses are reserved from the pool or rejected with [`IpamError::AddressTaken`]. On failure,
-/// reservations created by this call are removed again.
+/// Fast path, O(1) store calls: each attachment (or claim) has a few pseudo-random "home"
+/// addresses per range, derived from its identity; the first one that can be created is taken,
+/// and a retried ADD finds it again with one read. Only when every home address is held by
+/// someone else does the allocator list the network once and pick a free address from a random
+/// start. Requested addresses are reserved exactly or rejected with [`IpamError::AddressTaken`].
+/// On failure, reservations created by this call are removed again.
 pub async fn allocate(
     store: &Arc<dyn Store>,
     config: &IpamConfig,
@@ -122,23 +129,14 @@ pub async fn allocate(
     claim: Option<&str>,
 ) -> Result<Vec<Lease>, IpamError> {
     let wanted = requests_per_range(config, requested)?;
-    let mut existing = list_reservations(store, &config.network).await?;
+    let key = identity_key(holder, claim);
+    let mut listed: Option<Vec<IpReservation>> = None;
     let mut created: Vec<IpReservation> = Vec::new();
     let mut leases = Vec::with_capacity(config.ranges.len());
     for (i, range) in config.ranges.iter().enumerate() {
-        let held = existing.iter().find(|r| {
-            r.spec
-                .ip
-                .is_some_and(|ip| range.contains(ip) && wanted[i].is_none_or(|w| w == ip))
-                && owns(r, holder, claim)
-        });
-        if let Some(ip) = held.and_then(|r| r.spec.ip) {
-            leases.push(Lease { range: i, ip });
-            continue;
-        }
         let outcome = match wanted[i] {
             Some(ip) => reserve_exact(store, config, holder, claim, ip).await,
-            None => reserve_any(store, config, range, holder, claim, &mut existing).await,
+            None => reserve_dynamic(store, config, i, holder, claim, &key, &mut listed).await,
         };
         match outcome {
             Ok((r, fresh)) => {
@@ -153,8 +151,77 @@ pub async fn allocate(
                 return Err(e);
             }
         }
+        debug_assert!(range.contains(leases[i].ip));
     }
     Ok(leases)
+}
+
+/// What home addresses are derived from: the claim, or the attachment.
+fn identity_key(holder: &Holder, claim: Option<&str>) -> String {
+    match claim {
+        Some(c) => format!("claim:{c}"),
+        None => format!("attachment:{}/{}", holder.container_id, holder.ifname),
+    }
+}
+
+/// The `slot`-th home address of `key` in range `range_index` of `network`.
+pub fn home_address(range: &AddressRange, network: &str, key: &str, range_index: usize, slot: u32) -> IpAddr {
+    let digest = Sha256::new()
+        .chain_update(network.as_bytes())
+        .chain_update([0])
+        .chain_update(key.as_bytes())
+        .chain_update((range_index as u64).to_be_bytes())
+        .chain_update(slot.to_be_bytes())
+        .finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    let start = range.start_offset(u128::from_be_bytes(bytes));
+    let offset = range
+        .offsets_from(start)
+        .next()
+        .expect("a range has at least one usable address");
+    range.address_at(offset)
+}
+
+async fn reserve_dynamic(
+    store: &Arc<dyn Store>,
+    config: &IpamConfig,
+    range_index: usize,
+    holder: &Holder,
+    claim: Option<&str>,
+    key: &str,
+    listed: &mut Option<Vec<IpReservation>>,
+) -> Result<(IpReservation, bool), IpamError> {
+    let range = &config.ranges[range_index];
+    let api: Api<IpReservation> = Api::all(store.clone());
+    for slot in 0..HOME_SLOTS {
+        let ip = home_address(range, &config.network, key, range_index, slot);
+        let wanted = new_reservation(config, holder, claim, ip);
+        // Two tries: the holder may release it between our create and our read.
+        for _ in 0..2 {
+            match api.create(&wanted).await {
+                Ok(r) => return Ok((r, true)),
+                Err(e) if e.is_already_exists() => {}
+                Err(e) => return Err(e.into()),
+            }
+            match api.get(&wanted.metadata.name).await? {
+                Some(current) if owns(&current, holder, claim) => return Ok((current, false)),
+                Some(_) => break,
+                None => continue,
+            }
+        }
+    }
+    if listed.is_none() {
+        *listed = Some(list_reservations(store, &config.network).await?);
+    }
+    let existing = listed.as_mut().expect("listed above");
+    if let Some(r) = existing
+        .iter()
+        .find(|r| r.spec.ip.is_some_and(|ip| range.contains(ip)) && owns(r, holder, claim))
+    {
+        return Ok((r.clone(), false));
+    }
+    reserve_any(store, config, range, holder, claim, existing).await
 }
 
 fn new_reservation(config: &IpamConfig, holder: &Holder, claim: Option<&str>, ip: IpAddr) -> IpReservation {
@@ -274,17 +341,49 @@ pub async fn delete_if_unchanged(store: &Arc<dyn Store>, r: &IpReservation) -> R
     }
 }
 
-/// Free every unclaimed address `(container_id, ifname)` holds on `network`, and claimed ones
-/// whose claim no longer exists. Returns the freed addresses. Succeeds when nothing is held.
+/// Free every unclaimed address `(container_id, ifname)` holds on the network, and claimed
+/// ones whose claim no longer exists. Returns the freed addresses. Succeeds when nothing is held.
+///
+/// Looks at the attachment's home addresses first (one read each); only when some range has
+/// none of them does it list the network.
 pub async fn release(
     store: &Arc<dyn Store>,
-    network: &str,
+    config: &IpamConfig,
     container_id: &str,
     ifname: &str,
 ) -> Result<Vec<IpAddr>, IpamError> {
+    let holder = Holder {
+        container_id: container_id.into(),
+        ifname: ifname.into(),
+        ..Default::default()
+    };
+    let key = identity_key(&holder, None);
+    let api: Api<IpReservation> = Api::all(store.clone());
     let mut freed = Vec::new();
-    for r in list_reservations(store, network).await? {
-        if !r.held_by(container_id, ifname) {
+    let mut every_range_found = true;
+    for (i, range) in config.ranges.iter().enumerate() {
+        let mut found = false;
+        for slot in 0..HOME_SLOTS {
+            let ip = home_address(range, &config.network, &key, i, slot);
+            let name = reservation_name(&config.network, ip);
+            if let Some(r) = api.get(&name).await?
+                && r.spec.claim.is_none()
+                && r.held_by(container_id, ifname)
+            {
+                if delete_if_unchanged(store, &r).await? {
+                    freed.push(ip);
+                }
+                found = true;
+                break;
+            }
+        }
+        every_range_found &= found;
+    }
+    if every_range_found {
+        return Ok(freed);
+    }
+    for r in list_reservations(store, &config.network).await? {
+        if !r.held_by(container_id, ifname) || r.spec.ip.is_some_and(|ip| freed.contains(&ip)) {
             continue;
         }
         if let Some(claim) = &r.spec.claim

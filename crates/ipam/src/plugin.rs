@@ -41,7 +41,7 @@ async fn run(
         CniCommand::Add => add(request, &config, store).await.map(Some),
         CniCommand::Del => {
             let env = &request.env;
-            allocator::release(store, &config.network, &env.container_id, &env.ifname).await?;
+            allocator::release(store, &config, &env.container_id, &env.ifname).await?;
             Ok(None)
         }
         CniCommand::Check => {

@@ -98,16 +98,16 @@ async fn release_frees_only_the_attachment_and_is_idempotent() {
     let a = allocate(&store, &c, &holder("a"), &[], None).await.unwrap();
     allocate(&store, &c, &holder("b"), &[], None).await.unwrap();
     assert_eq!(
-        release(&store, "blue", "a", "eth9").await.unwrap(),
+        release(&store, &c, "a", "eth9").await.unwrap(),
         Vec::<IpAddr>::new()
     );
-    assert_eq!(release(&store, "blue", "a", "net1").await.unwrap(), vec![a[0].ip]);
+    assert_eq!(release(&store, &c, "a", "net1").await.unwrap(), vec![a[0].ip]);
     assert_eq!(
-        release(&store, "blue", "a", "net1").await.unwrap(),
+        release(&store, &c, "a", "net1").await.unwrap(),
         Vec::<IpAddr>::new()
     );
     assert_eq!(
-        release(&store, "nowhere", "x", "y").await.unwrap(),
+        release(&store, &v4("10.9.0.0/24"), "x", "y").await.unwrap(),
         Vec::<IpAddr>::new()
     );
     assert_eq!(list_reservations(&store, "blue").await.unwrap().len(), 1);
@@ -121,7 +121,7 @@ async fn stale_delete_never_frees_someone_elses_reservation() {
         .await
         .unwrap();
     let stale = list_reservations(&store, "blue").await.unwrap().remove(0);
-    release(&store, "blue", "a", "net1").await.unwrap();
+    release(&store, &c, "a", "net1").await.unwrap();
     allocate(&store, &c, &holder("b"), &[ip("10.0.0.3")], None)
         .await
         .unwrap();
@@ -184,7 +184,7 @@ async fn claimed_addresses_survive_release_until_the_claim_goes() {
     let got = allocate(&store, &c, &holder("pod1"), &[], Some("ns/vm.blue"))
         .await
         .unwrap();
-    assert!(release(&store, "blue", "pod1", "net1").await.unwrap().is_empty());
+    assert!(release(&store, &c, "pod1", "net1").await.unwrap().is_empty());
     claims.delete("vm.blue").await.unwrap();
     assert_eq!(
         release_claim(&store, "ns/vm.blue").await.unwrap(),
@@ -195,7 +195,7 @@ async fn claimed_addresses_survive_release_until_the_claim_goes() {
         .await
         .unwrap();
     assert_eq!(
-        release(&store, "blue", "pod2", "net1").await.unwrap(),
+        release(&store, &c, "pod2", "net1").await.unwrap(),
         vec![again[0].ip]
     );
 }
@@ -251,4 +251,153 @@ async fn racing_to_exhaustion_hands_out_each_address_exactly_once() {
     let (owners, exhausted) = race(store, v4("10.0.0.0/24"), 16, 20).await;
     assert_eq!(owners.len(), 254);
     assert_eq!(exhausted, 16 * 20 - 254);
+}
+
+/// A store that counts calls, to hold the allocator to its O(1) promise.
+#[derive(Default)]
+struct Counting {
+    inner: MemoryStore,
+    calls: std::sync::Mutex<HashMap<&'static str, usize>>,
+}
+
+impl Counting {
+    fn bump(&self, what: &'static str) {
+        *self.calls.lock().unwrap().entry(what).or_default() += 1;
+    }
+    fn take(&self) -> HashMap<&'static str, usize> {
+        std::mem::take(&mut *self.calls.lock().unwrap())
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for Counting {
+    async fn get(
+        &self,
+        ty: &weft_store::ResourceType,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<Option<weft_store::Object>, StoreError> {
+        self.bump("get");
+        self.inner.get(ty, ns, name).await
+    }
+    async fn list(
+        &self,
+        ty: &weft_store::ResourceType,
+        ns: Option<&str>,
+        opts: &ListOptions,
+    ) -> Result<weft_store::ObjectList, StoreError> {
+        self.bump("list");
+        self.inner.list(ty, ns, opts).await
+    }
+    async fn create(
+        &self,
+        ty: &weft_store::ResourceType,
+        obj: weft_store::Object,
+    ) -> Result<weft_store::Object, StoreError> {
+        self.bump("create");
+        self.inner.create(ty, obj).await
+    }
+    async fn update(
+        &self,
+        ty: &weft_store::ResourceType,
+        obj: weft_store::Object,
+    ) -> Result<weft_store::Object, StoreError> {
+        self.bump("update");
+        self.inner.update(ty, obj).await
+    }
+    async fn update_status(
+        &self,
+        ty: &weft_store::ResourceType,
+        obj: weft_store::Object,
+    ) -> Result<weft_store::Object, StoreError> {
+        self.bump("update_status");
+        self.inner.update_status(ty, obj).await
+    }
+    async fn delete(
+        &self,
+        ty: &weft_store::ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        pre: Option<&str>,
+    ) -> Result<Option<weft_store::Object>, StoreError> {
+        self.bump("delete");
+        self.inner.delete(ty, ns, name, pre).await
+    }
+    async fn watch(
+        &self,
+        ty: &weft_store::ResourceType,
+        ns: Option<&str>,
+        opts: &ListOptions,
+        rv: Option<&str>,
+    ) -> Result<weft_store::WatchStream, StoreError> {
+        self.inner.watch(ty, ns, opts, rv).await
+    }
+}
+
+#[tokio::test]
+async fn sparse_pool_allocation_is_one_write_and_no_list() {
+    let counting = Arc::new(Counting::default());
+    let store: Arc<dyn Store> = counting.clone();
+    let c =
+        config(json!({"type": "weft-ipam", "range": "10.0.0.0/16", "ipRanges": [{"range": "fd00::/64"}]}));
+    for i in 0..50 {
+        allocate(&store, &c, &holder(&format!("warm{i}")), &[], None)
+            .await
+            .unwrap();
+    }
+    counting.take();
+    let got = allocate(&store, &c, &holder("x"), &[], None).await.unwrap();
+    assert_eq!(
+        counting.take(),
+        HashMap::from([("create", 2)]),
+        "one create per range, no read"
+    );
+    assert_eq!(allocate(&store, &c, &holder("x"), &[], None).await.unwrap(), got);
+    assert_eq!(
+        counting.take(),
+        HashMap::from([("create", 2), ("get", 2)]),
+        "a retried ADD reads its home"
+    );
+    release(&store, &c, "x", "net1").await.unwrap();
+    assert_eq!(
+        counting.take(),
+        HashMap::from([("get", 2), ("delete", 2)]),
+        "DEL: read + delete per range"
+    );
+}
+
+#[tokio::test]
+async fn dense_pool_falls_back_to_listing_and_stays_idempotent() {
+    let store = MemoryStore::shared();
+    let c = v4("10.0.0.0/29");
+    let mut all = Vec::new();
+    for i in 0..6 {
+        let l = allocate(&store, &c, &holder(&format!("h{i}")), &[], None)
+            .await
+            .unwrap();
+        assert_eq!(
+            allocate(&store, &c, &holder(&format!("h{i}")), &[], None)
+                .await
+                .unwrap(),
+            l
+        );
+        all.push(l[0].ip);
+    }
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 6);
+    assert_eq!(
+        allocate(&store, &c, &holder("h6"), &[], None)
+            .await
+            .unwrap_err()
+            .code(),
+        codes::POOL_EXHAUSTED
+    );
+    for i in 0..6 {
+        assert_eq!(
+            release(&store, &c, &format!("h{i}"), "net1").await.unwrap().len(),
+            1
+        );
+    }
+    assert!(list_reservations(&store, "blue").await.unwrap().is_empty());
 }
