@@ -6,7 +6,7 @@
 //! namespace: each socket is bound to its own device.
 
 use std::io;
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -16,6 +16,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::{ConfigError, ServerConfig};
 use crate::v4;
+use crate::v6::{self, V6Config};
 
 /// How often the loop checks its stop flag while no packet arrives.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -44,6 +45,31 @@ pub fn bind_server_socket(ifname: &str) -> io::Result<UdpSocket> {
     Ok(socket.into())
 }
 
+/// A UDP socket on `[::]:547` bound to device `ifname`, joined to `ff02::1:2` there, for one
+/// DHCPv6 server per bridge. Call it inside the target netns.
+pub fn bind_server_socket_v6(ifname: &str) -> io::Result<UdpSocket> {
+    let name = std::ffi::CString::new(ifname)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name has a NUL"))?;
+    // SAFETY: `name` is a valid NUL-terminated string for the duration of the call.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if index == 0 {
+        let error = io::Error::last_os_error();
+        return Err(io::Error::new(
+            error.kind(),
+            format!("interface {ifname}: {error}"),
+        ));
+    }
+    let socket = Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP))?;
+    socket.set_only_v6(true)?;
+    socket.set_reuse_address(true)?;
+    socket
+        .bind_device(Some(ifname.as_bytes()))
+        .map_err(|error| io::Error::new(error.kind(), format!("SO_BINDTODEVICE {ifname}: {error}")))?;
+    socket.bind(&SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, v6::SERVER_PORT, 0, 0).into())?;
+    socket.join_multicast_v6(&v6::ALL_SERVERS, index)?;
+    Ok(socket.into())
+}
+
 /// Counters of one server's traffic.
 #[derive(Debug, Default)]
 pub struct ServeStats {
@@ -59,22 +85,71 @@ pub struct ServeStats {
 /// broadcast to `255.255.255.255:68` on the socket's device: the guest has no address yet, and
 /// the pod namespace may have no route to the leased one (bridge binding).
 pub fn serve(socket: UdpSocket, config: ServerConfig, stop: Arc<AtomicBool>) -> Result<(), ServeError> {
-    serve_counting(socket, config, stop, &ServeStats::default())
+    config.validate()?;
+    run_loop(&socket, &stop, &ServeStats::default(), v4_handler(config))
 }
 
-fn serve_counting(
-    socket: UdpSocket,
-    config: ServerConfig,
-    stop: Arc<AtomicBool>,
+/// Serves DHCPv6 `config` on `socket` (from [`bind_server_socket_v6`]) until `stop` is set.
+/// Replies go to the client's link-local source address, port 546.
+pub fn serve_v6(socket: UdpSocket, config: V6Config, stop: Arc<AtomicBool>) -> Result<(), ServeError> {
+    run_loop(&socket, &stop, &ServeStats::default(), v6_handler(config))
+}
+
+/// A reply decision over raw datagrams: request bytes and source in, reply bytes and
+/// destination out.
+type Handler = Box<dyn Fn(&[u8], SocketAddr) -> Handled + Send>;
+
+/// What a handler made of one datagram.
+enum Handled {
+    Malformed,
+    Ignored,
+    Reply(Vec<u8>, SocketAddr),
+}
+
+fn v4_handler(config: ServerConfig) -> Handler {
+    let client = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::BROADCAST, dhcproto::v4::CLIENT_PORT));
+    Box::new(move |bytes, _| {
+        let Ok(request) = v4::decode(bytes) else {
+            return Handled::Malformed;
+        };
+        match v4::reply(&request, &config).map(|reply| v4::encode(&reply)) {
+            Some(Ok(bytes)) => Handled::Reply(bytes, client),
+            Some(Err(error)) => {
+                tracing::warn!(%error, "cannot encode DHCP reply");
+                Handled::Ignored
+            }
+            None => Handled::Ignored,
+        }
+    })
+}
+
+fn v6_handler(config: V6Config) -> Handler {
+    Box::new(move |bytes, source| {
+        let Ok(request) = v6::decode(bytes) else {
+            return Handled::Malformed;
+        };
+        match v6::reply(&request, &config).map(|reply| v6::encode(&reply)) {
+            Some(Ok(bytes)) => Handled::Reply(bytes, source),
+            Some(Err(error)) => {
+                tracing::warn!(%error, "cannot encode DHCPv6 reply");
+                Handled::Ignored
+            }
+            None => Handled::Ignored,
+        }
+    })
+}
+
+fn run_loop(
+    socket: &UdpSocket,
+    stop: &AtomicBool,
     stats: &ServeStats,
+    handler: Handler,
 ) -> Result<(), ServeError> {
-    config.validate()?;
     socket.set_read_timeout(Some(POLL_INTERVAL))?;
-    let client = SocketAddrV4::new(Ipv4Addr::BROADCAST, dhcproto::v4::CLIENT_PORT);
     let mut buffer = vec![0u8; 1500];
     while !stop.load(Ordering::Relaxed) {
-        let len = match socket.recv_from(&mut buffer) {
-            Ok((len, _)) => len,
+        let (len, source) = match socket.recv_from(&mut buffer) {
+            Ok(received) => received,
             Err(error)
                 if matches!(
                     error.kind(),
@@ -86,19 +161,15 @@ fn serve_counting(
             Err(error) => return Err(error.into()),
         };
         stats.received.fetch_add(1, Ordering::Relaxed);
-        let Ok(request) = v4::decode(&buffer[..len]) else {
-            stats.malformed.fetch_add(1, Ordering::Relaxed);
-            continue;
-        };
-        let Some(response) = v4::reply(&request, &config) else {
-            continue;
-        };
-        match v4::encode(&response) {
-            Ok(bytes) => {
-                socket.send_to(&bytes, client)?;
+        match handler(&buffer[..len], source) {
+            Handled::Malformed => {
+                stats.malformed.fetch_add(1, Ordering::Relaxed);
+            }
+            Handled::Ignored => {}
+            Handled::Reply(bytes, destination) => {
+                socket.send_to(&bytes, destination)?;
                 stats.replied.fetch_add(1, Ordering::Relaxed);
             }
-            Err(error) => tracing::warn!(%error, "cannot encode DHCP reply"),
         }
     }
     Ok(())
@@ -143,12 +214,21 @@ impl Drop for ServerHandle {
 /// Validates `config`, then serves it on `socket` from a new thread.
 pub fn spawn(socket: UdpSocket, config: ServerConfig) -> Result<ServerHandle, ServeError> {
     config.validate()?;
+    spawn_loop(socket, v4_handler(config))
+}
+
+/// Serves DHCPv6 `config` on `socket` (from [`bind_server_socket_v6`]) from a new thread.
+pub fn spawn_v6(socket: UdpSocket, config: V6Config) -> Result<ServerHandle, ServeError> {
+    spawn_loop(socket, v6_handler(config))
+}
+
+fn spawn_loop(socket: UdpSocket, handler: Handler) -> Result<ServerHandle, ServeError> {
     let stop = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(ServeStats::default());
     let thread = std::thread::Builder::new().name("weft-dhcp".into()).spawn({
         let stop = stop.clone();
         let stats = stats.clone();
-        move || serve_counting(socket, config, stop, &stats)
+        move || run_loop(&socket, &stop, &stats, handler)
     })?;
     Ok(ServerHandle {
         stop,

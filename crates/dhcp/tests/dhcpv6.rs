@@ -1,0 +1,155 @@
+//! Root test: a DHCPv6 client in a "guest" netns gets the masquerade IPv6 lease from our server
+//! on the pod bridge (SOLICIT→ADVERTISE→REQUEST→REPLY, and rapid commit).
+
+mod common;
+
+use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
+use std::time::{Duration, Instant};
+
+use common::{Netns, can_run_root_test, run};
+use dhcproto::Decodable;
+use dhcproto::v6::{DhcpOption, IANA, Message, MessageType, OptionCode};
+use socket2::{Domain, Protocol, Socket, Type};
+use weft_dhcp::{V6Config, bind_server_socket_v6, spawn_v6, v6};
+
+fn ifindex(name: &str) -> u32 {
+    let name = std::ffi::CString::new(name).unwrap();
+    // SAFETY: valid NUL-terminated string.
+    unsafe { libc::if_nametoindex(name.as_ptr()) }
+}
+
+fn client_socket(ifname: &str) -> (UdpSocket, u32) {
+    let socket = Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP)).unwrap();
+    socket.set_only_v6(true).unwrap();
+    socket.bind_device(Some(ifname.as_bytes())).unwrap();
+    socket
+        .bind(&SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, v6::CLIENT_PORT, 0, 0).into())
+        .unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    (socket.into(), ifindex(ifname))
+}
+
+fn wait_for_link_local(netns: &Netns, ifname: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let out = netns.ip(&["-6", "addr", "show", "dev", ifname]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        if text.contains("fe80") && !text.contains("tentative") {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("no link-local address on {ifname} in {}", netns.name);
+}
+
+fn exchange(socket: &UdpSocket, scope: u32, request: &Message) -> Message {
+    let servers = SocketAddrV6::new(v6::ALL_SERVERS, v6::SERVER_PORT, 0, scope);
+    socket.send_to(&v6::encode(request).unwrap(), servers).unwrap();
+    let mut buffer = [0u8; 1500];
+    loop {
+        let (len, _) = socket.recv_from(&mut buffer).expect("a DHCPv6 reply");
+        let message = Message::from_bytes(&buffer[..len]).unwrap();
+        if message.xid() == request.xid() {
+            return message;
+        }
+    }
+}
+
+fn solicit(xid: [u8; 3], rapid: bool) -> Message {
+    let mut message = Message::new_with_id(MessageType::Solicit, xid);
+    let opts = message.opts_mut();
+    opts.insert(DhcpOption::ClientId(vec![0, 3, 0, 1, 2, 0, 0, 0x0a, 0, 1]));
+    opts.insert(DhcpOption::IANA(IANA {
+        id: 7,
+        t1: 0,
+        t2: 0,
+        opts: Default::default(),
+    }));
+    if rapid {
+        opts.insert(DhcpOption::RapidCommit);
+    }
+    message
+}
+
+fn leased_address(message: &Message) -> Ipv6Addr {
+    let Some(DhcpOption::IANA(iana)) = message.opts().get(OptionCode::IANA) else {
+        panic!("no IA_NA")
+    };
+    assert_eq!(iana.id, 7, "IAID echoed");
+    let Some(DhcpOption::IAAddr(addr)) = iana.opts.get(OptionCode::IAAddr) else {
+        panic!("no IAADDR")
+    };
+    addr.addr
+}
+
+#[test]
+fn dhcpv6_client_gets_the_masquerade_address() {
+    if !can_run_root_test("dhcpv6_client_gets_the_masquerade_address") {
+        return;
+    }
+    let pod = Netns::new("d6p");
+    let guest = Netns::new("d6g");
+    for netns in [&pod, &guest] {
+        for scope in ["all", "default"] {
+            run(&[
+                "ip",
+                "netns",
+                "exec",
+                &netns.name,
+                "sysctl",
+                "-qw",
+                &format!("net.ipv6.conf.{scope}.accept_dad=0"),
+            ]);
+        }
+    }
+    pod.ip(&["link", "add", "wt-br0", "type", "bridge"]);
+    pod.ip(&["addr", "add", "fd10:0:2::1/120", "dev", "wt-br0"]);
+    pod.ip(&[
+        "link",
+        "add",
+        "wt-v0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        &guest.name,
+    ]);
+    pod.ip(&["link", "set", "wt-v0", "master", "wt-br0", "up"]);
+    pod.ip(&["link", "set", "wt-br0", "up"]);
+    guest.ip(&["link", "set", "eth0", "up"]);
+    wait_for_link_local(&pod, "wt-br0");
+    wait_for_link_local(&guest, "eth0");
+
+    let guest_ip: Ipv6Addr = "fd10:0:2::2".parse().unwrap();
+    let mut config = V6Config::new(guest_ip);
+    config.dns_servers = vec!["fd00::10".parse().unwrap()];
+    let socket = pod.enter(|| bind_server_socket_v6("wt-br0")).unwrap();
+    let server = spawn_v6(socket, config.clone()).unwrap();
+    let (client, scope) = guest.enter(|| client_socket("eth0"));
+
+    let advertise = exchange(&client, scope, &solicit([0, 0, 1], false));
+    assert_eq!(advertise.msg_type(), MessageType::Advertise);
+    assert_eq!(leased_address(&advertise), guest_ip);
+    let Some(DhcpOption::ServerId(duid)) = advertise.opts().get(OptionCode::ServerId) else {
+        panic!("no server id")
+    };
+    assert_eq!(duid, &vec![0, 3, 0, 1, 2, 0, 0, 0, 0, 0]);
+
+    let mut request = solicit([0, 0, 2], false);
+    request.set_msg_type(MessageType::Request);
+    request.opts_mut().insert(DhcpOption::ServerId(duid.clone()));
+    let reply = exchange(&client, scope, &request);
+    assert_eq!(reply.msg_type(), MessageType::Reply);
+    assert_eq!(leased_address(&reply), guest_ip);
+    assert_eq!(
+        reply.opts().get(OptionCode::DomainNameServers),
+        Some(&DhcpOption::DomainNameServers(config.dns_servers.clone()))
+    );
+
+    let rapid = exchange(&client, scope, &solicit([0, 0, 3], true));
+    assert_eq!(rapid.msg_type(), MessageType::Reply);
+    assert!(rapid.opts().get(OptionCode::RapidCommit).is_some());
+    server.stop().unwrap();
+}
