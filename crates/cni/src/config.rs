@@ -543,6 +543,11 @@ mod tests {
 
     proptest! {
         #[test]
+        fn classifier_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..120)) {
+            let _ = AnyNetworkConfig::from_bytes(&bytes);
+        }
+
+        #[test]
         fn unknown_keys_survive_a_round_trip(extra in proptest::collection::vec(("[a-z]{1,6}", any::<i64>()), 0..8)) {
             let mut map = JsonObject::new();
             map.insert("type".into(), Value::from("bridge"));

@@ -256,6 +256,17 @@ mod tests {
         assert_eq!(err.msg, "unknown CNI_COMMAND: FROB");
     }
 
+    proptest::proptest! {
+        #[test]
+        fn never_panics(values in proptest::collection::vec(".{0,20}", 6)) {
+            let keys = ["CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH"];
+            let map: HashMap<&str, String> = keys.into_iter().zip(values).collect();
+            if let Err(err) = RequestEnv::from_lookup(|k| map.get(k).cloned()) {
+                proptest::prop_assert_eq!(err.code, codes::INVALID_ENVIRONMENT);
+            }
+        }
+    }
+
     #[test]
     fn validates_container_id_ifname_and_args() {
         let with = |key: &str, value: &'static str| -> Vec<(&str, &str)> {

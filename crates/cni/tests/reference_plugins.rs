@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
-use weft_cni::runtime::exec::ProcessExec;
+use weft_cni::runtime::exec::{ExecError, PluginExec, ProcessExec};
 use weft_cni::{
     CniArgs, CniRuntime, CniVersion, Delegate, DelegateError, GcAttachment, JsonObject, RuntimeConf,
 };
@@ -316,4 +316,87 @@ fn real_plugins_report_versions_and_reject_1_1_0_without_negotiation() {
     let cni_error = err.to_cni_error();
     assert_eq!(cni_error.code, weft_cni::codes::INCOMPATIBLE_VERSION, "{err}");
     assert_eq!(cni_error.msg, "incompatible CNI versions");
+}
+
+/// Plugins that speak 1.1.0 (the Debian sid 1.9.1 build, unpacked by
+/// /work/shared/env/cni-sid-plugins.sh on dev machines only; CI skips this test).
+const SID_PLUGIN_DIR: &str = "/var/cache/envtest/cni-sid/usr/lib/cni";
+
+#[test]
+fn spec_1_1_plugins_get_status_and_gc() {
+    if !can_run_root_tests() {
+        return;
+    }
+    if !Path::new(SID_PLUGIN_DIR).join("bridge").exists() {
+        eprintln!("skipping: no 1.1.0 plugins in {SID_PLUGIN_DIR}");
+        return;
+    }
+    let host = Netns::new("host");
+    let pod = Netns::new("pod");
+    let state = tempfile::tempdir().unwrap();
+    let id = unique().replace('-', "");
+    let delegate = Delegate::from_bytes(
+        json!({
+            "cniVersion": "1.1.0",
+            "name": format!("wtsid{id}"),
+            "plugins": [{"type": "bridge", "bridge": format!("wts{id}"),
+                         "ipam": {"type": "host-local", "dataDir": state.path(),
+                                  "ranges": [[{"subnet": "10.216.0.0/24"}]]}}]
+        })
+        .to_string()
+        .as_bytes(),
+    )
+    .unwrap();
+    let cni = CniRuntime::with_executor(
+        [SID_PLUGIN_DIR],
+        Recording::new(ProcessExec::in_netns(host.path())),
+    );
+    let bridge = Path::new(SID_PLUGIN_DIR).join("bridge");
+    assert!(
+        cni.plugin_versions(&bridge)
+            .unwrap()
+            .contains(&CniVersion::V1_1_0)
+    );
+    let runtime = attachment(&pod, &format!("ctr{id}"), "eth0");
+    let result = delegate.add(&cni, &runtime).expect("ADD at 1.1.0");
+    assert_eq!(result.cni_version, "1.1.0");
+    assert!(pod.link("eth0").is_some());
+    delegate.status(&cni).expect("STATUS");
+    let valid = [GcAttachment {
+        container_id: runtime.container_id.clone(),
+        ifname: "eth0".into(),
+    }];
+    delegate.gc(&cni, &valid).expect("GC");
+    delegate.check(&cni, &runtime, Some(&result)).expect("CHECK");
+    delegate.del(&cni, &runtime, Some(&result)).expect("DEL");
+    assert!(pod.link("eth0").is_none());
+    let commands = cni.executor().commands.lock().unwrap().clone();
+    assert_eq!(commands, ["VERSION", "ADD", "STATUS", "GC", "CHECK", "DEL"]);
+}
+
+/// Runs plugins with `inner` and records each `CNI_COMMAND`.
+struct Recording<E> {
+    inner: E,
+    commands: std::sync::Mutex<Vec<String>>,
+}
+
+impl<E> Recording<E> {
+    fn new(inner: E) -> Self {
+        Self {
+            inner,
+            commands: Default::default(),
+        }
+    }
+}
+
+impl<E: PluginExec> PluginExec for Recording<E> {
+    fn exec(&self, binary: &Path, env: &[(String, String)], stdin: &[u8]) -> Result<Vec<u8>, ExecError> {
+        let command = env
+            .iter()
+            .find(|(k, _)| k == "CNI_COMMAND")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        self.commands.lock().unwrap().push(command);
+        self.inner.exec(binary, env, stdin)
+    }
 }

@@ -151,6 +151,39 @@ mod tests {
         assert_eq!(stdin[LEGACY_ATTACHMENTS_KEY], expected);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn stdin_keeps_the_plugin_and_filters_capabilities(
+            extra in proptest::collection::btree_map("[a-z]{1,5}", 0i64..9, 0..6),
+            declared in proptest::collection::btree_map("[a-e]", proptest::bool::ANY, 0..5),
+            supplied in proptest::collection::btree_map("[a-g]", 0i64..9, 0..6),
+        ) {
+            let mut object = JsonObject::new();
+            object.insert("type".into(), Value::from("p"));
+            for (k, v) in &extra {
+                object.entry(k.clone()).or_insert(Value::from(*v));
+            }
+            object.insert("capabilities".into(), json!(declared));
+            let config = NetworkConfig::from_object(object.clone()).unwrap();
+            let args: JsonObject = supplied.iter().map(|(k, v)| (k.clone(), Value::from(*v))).collect();
+            let stdin = plugin_stdin("net", CniVersion::V1_0_0, &config, None, &args);
+            for (key, value) in &object {
+                if !matches!(key.as_str(), "name" | "cniVersion" | "runtimeConfig") {
+                    proptest::prop_assert_eq!(&stdin[key], value);
+                }
+            }
+            let expected: JsonObject = supplied
+                .iter()
+                .filter(|(k, _)| declared.get(*k) == Some(&true))
+                .map(|(k, v)| (k.clone(), Value::from(*v)))
+                .collect();
+            match stdin.get("runtimeConfig") {
+                Some(Value::Object(rc)) => proptest::prop_assert_eq!(rc, &expected),
+                _ => proptest::prop_assert!(expected.is_empty() || object.contains_key("runtimeConfig")),
+            }
+        }
+    }
+
     #[test]
     fn env_per_verb() {
         let runtime = RuntimeConf {
