@@ -1,1 +1,31 @@
-//! The meta-plugin: delegate planning, runtime config, rollback, cache, default-route, isolation, hot-plug
+//! The meta-plugin's decisions: configuration, delegate planning (cluster network, default
+//! networks, annotation networks), namespace isolation, default routes, `CNI_ARGS` and
+//! capability args, rollback and teardown order, the per-container cache, hot-plug status, and
+//! the thick-mode configuration files. Everything here is pure; the agent executes the plans.
+
+pub mod args;
+pub mod cache;
+pub mod catalog;
+pub mod config;
+pub mod gateway;
+pub mod hotplug;
+pub mod isolation;
+pub mod plan;
+pub mod resolve;
+pub mod teardown;
+
+pub use args::{K8sArgs, delegate_cni_args, join_cni_args};
+pub use cache::{CACHE_VERSION, CacheError, CacheRecord, DelDecision, decide_del};
+pub use catalog::{MemoryCatalog, NetworkCatalog, PathEntry};
+pub use config::{ConfigError, LogLevel, MetaConfig, parse_global_namespaces};
+pub use gateway::{DefaultRoutePlan, GatewayError, RouteAction, plan_default_routes};
+pub use hotplug::{HotplugError, hotplug_diff, plan_hotplug_add, status_after_add, status_after_remove};
+pub use isolation::{IsolationError, check_isolation};
+pub use plan::{
+    AttachmentRequest, AttachmentRequests, DelegatePlan, PlanError, Pod, merge_cni_args, plan_add,
+    plan_del_recompute,
+};
+pub use resolve::{NetworkSource, ResolveError, Resolved, resolve_nad, resolve_static_network};
+pub use teardown::{
+    CacheAfterDel, add_failure_message, cache_after_del, del_failure_message, rollback_order, teardown_order,
+};

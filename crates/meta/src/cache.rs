@@ -1,0 +1,144 @@
+//! The per-container cache record (everything DEL needs, losslessly) and the DEL decision
+//! (multus.md §3.9, §3.10; issue 3: never silently skip when the cache is corrupt).
+
+use serde::{Deserialize, Serialize};
+
+use crate::args::K8sArgs;
+use crate::config::MetaConfig;
+use crate::plan::{AttachmentRequest, DelegatePlan};
+
+/// Version of the record layout; another version is treated as unreadable.
+pub const CACHE_VERSION: u32 = 1;
+
+/// What is cached per container, written before the first delegate runs and updated by
+/// hot-plug.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CacheRecord {
+    /// Layout version ([`CACHE_VERSION`]).
+    pub version: u32,
+    /// `CNI_CONTAINERID`.
+    pub container_id: String,
+    /// `CNI_NETNS` at ADD.
+    pub netns: String,
+    /// `CNI_IFNAME` at ADD.
+    pub ifname: String,
+    /// Pod identity at ADD.
+    pub k8s: K8sArgs,
+    /// Every delegate in ADD order (lossless configs, ifnames, requests), hot-plugged ones last.
+    pub delegates: Vec<DelegatePlan>,
+}
+
+/// Why a cache record cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CacheError {
+    /// Not a record.
+    #[error("cache record is corrupt: {0}")]
+    Corrupt(String),
+    /// A layout this build does not read.
+    #[error("cache record has version {0}, expected {CACHE_VERSION}")]
+    Version(u32),
+    /// Written for another container.
+    #[error("cache record belongs to container {found}, not {expected}")]
+    OtherContainer {
+        /// The request's container.
+        expected: String,
+        /// The record's container.
+        found: String,
+    },
+}
+
+impl CacheRecord {
+    /// The record for an ADD.
+    pub fn new(request: &AttachmentRequest, delegates: Vec<DelegatePlan>) -> Self {
+        Self {
+            version: CACHE_VERSION,
+            container_id: request.container_id.clone(),
+            netns: request.netns.clone(),
+            ifname: request.ifname.clone(),
+            k8s: request.k8s.clone(),
+            delegates,
+        }
+    }
+
+    /// Serialised form (JSON).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec_pretty(self).expect("a cache record serialises")
+    }
+
+    /// Read a record for `container_id`.
+    pub fn decode(bytes: &[u8], container_id: &str) -> Result<Self, CacheError> {
+        #[derive(Deserialize)]
+        struct Header {
+            version: u32,
+        }
+        let header: Header = serde_json::from_slice(bytes).map_err(|e| CacheError::Corrupt(e.to_string()))?;
+        if header.version != CACHE_VERSION {
+            return Err(CacheError::Version(header.version));
+        }
+        let record: Self = serde_json::from_slice(bytes).map_err(|e| CacheError::Corrupt(e.to_string()))?;
+        if record.container_id != container_id {
+            return Err(CacheError::OtherContainer {
+                expected: container_id.into(),
+                found: record.container_id,
+            });
+        }
+        Ok(record)
+    }
+
+    /// The record with a hot-plugged attachment added.
+    pub fn with_attachment(mut self, plan: DelegatePlan) -> Self {
+        self.delegates.push(plan);
+        self
+    }
+
+    /// The record without the attachment on `ifname` (hot-unplug).
+    pub fn without_attachment(mut self, ifname: &str) -> Self {
+        self.delegates.retain(|d| d.ifname != ifname);
+        self
+    }
+}
+
+/// Where DEL gets its delegates from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DelDecision {
+    /// The cached delegates (preferred even when the pod still exists), to DEL in reverse.
+    FromCache(Vec<DelegatePlan>),
+    /// Recompute with [`crate::plan_del_recompute`] from the configuration and the pod (or
+    /// the configuration alone when the pod is gone). `corrupt` says why the cache was not
+    /// used; the agent must log it — a corrupt cache never turns into a silent no-op.
+    Recompute {
+        /// The cache error, if there was a cache.
+        corrupt: Option<CacheError>,
+    },
+    /// No cache and no pod: nothing was ever attached (the cache is written before the first
+    /// delegate runs); DEL succeeds.
+    NothingHeld,
+}
+
+/// Decide DEL's source. `cache` is the record's bytes if the file exists; `pod_known` whether
+/// the pod could be read. Cached lists lacking `cniVersion` get the configuration's.
+pub fn decide_del(
+    config: &MetaConfig,
+    cache: Option<&[u8]>,
+    container_id: &str,
+    pod_known: bool,
+) -> DelDecision {
+    match cache.map(|bytes| CacheRecord::decode(bytes, container_id)) {
+        Some(Ok(record)) => DelDecision::FromCache(
+            record
+                .delegates
+                .into_iter()
+                .map(|mut d| {
+                    if d.config.is_list() && !config.cni_version.is_empty() {
+                        d.config = d.config.with_cni_version_if_missing(&config.cni_version);
+                    }
+                    d
+                })
+                .collect(),
+        ),
+        Some(Err(e)) => DelDecision::Recompute { corrupt: Some(e) },
+        None if pod_known => DelDecision::Recompute { corrupt: None },
+        None => DelDecision::NothingHeld,
+    }
+}

@@ -1,0 +1,164 @@
+//! Hot-plug (the `/delegate` path; multus-dynamic-networks-controller semantics, multus.md
+//! §4.4–§4.5; vector 21): planning one attachment with the same isolation rules as ADD, and
+//! the network-status update.
+
+use serde_json::Map;
+use weft_cni::CniResult;
+use weft_netconf::{NetworkSelectionElement, NetworkStatus, network_status};
+
+use crate::args::delegate_cni_args;
+use crate::catalog::NetworkCatalog;
+use crate::config::MetaConfig;
+use crate::gateway::DefaultRoutePlan;
+use crate::isolation::check_isolation;
+use crate::plan::{AttachmentRequest, AttachmentRequests, DelegatePlan, PlanError, Pod, merge_cni_args};
+use crate::resolve::resolve_nad;
+
+/// Why a hot-plug cannot be planned.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HotplugError {
+    /// The element names no interface (the controller keys attachments by interface).
+    #[error("hot-plug of {network}: an interface name is required")]
+    NoInterface {
+        /// `<ns>/<name>`.
+        network: String,
+    },
+    /// The interface is already attached.
+    #[error("hot-plug of {network}: interface {ifname} is already attached ({existing})")]
+    InterfaceInUse {
+        /// `<ns>/<name>`.
+        network: String,
+        /// The interface.
+        ifname: String,
+        /// What holds it.
+        existing: String,
+    },
+    /// Isolation, resolution, naming.
+    #[error(transparent)]
+    Plan(#[from] Box<PlanError>),
+}
+
+/// Plan attaching `element` (namespace already defaulted) to a running pod. Namespace
+/// isolation applies (Multus leaves this path open). Like Multus, the runtime's
+/// `runtimeConfig` is not used; the element's requests are. `attached` are the delegates
+/// already on the pod (from the cache).
+pub fn plan_hotplug_add(
+    config: &MetaConfig,
+    request: &AttachmentRequest,
+    pod: &Pod,
+    element: &NetworkSelectionElement,
+    attached: &[DelegatePlan],
+    catalog: &dyn NetworkCatalog,
+) -> Result<DelegatePlan, HotplugError> {
+    let network = format!("{}/{}", element.namespace, element.name);
+    if element.interface.is_empty() {
+        return Err(HotplugError::NoInterface { network });
+    }
+    check_isolation(config, &pod.namespace, &element.namespace, &element.name)
+        .map_err(|e| Box::new(PlanError::from(e)))?;
+    weft_cni::validate_ifname(&element.interface).map_err(|reason| {
+        Box::new(PlanError::InvalidIfname {
+            network: network.clone(),
+            ifname: element.interface.clone(),
+            reason,
+        })
+    })?;
+    if let Some(existing) = attached.iter().find(|d| d.ifname == element.interface) {
+        return Err(HotplugError::InterfaceInUse {
+            network,
+            ifname: element.interface.clone(),
+            existing: existing.display_name.clone(),
+        });
+    }
+    let resolved = resolve_nad(catalog, &config.conf_dir, &element.namespace, &element.name)
+        .map_err(|e| Box::new(PlanError::Network(Box::new(e))))?;
+    let config_with_args = match &element.cni_args {
+        Some(args) => merge_cni_args(&resolved.config, args).map_err(|source| {
+            Box::new(PlanError::CniArgs {
+                network: network.clone(),
+                source,
+            })
+        })?,
+        None => resolved.config,
+    };
+    let requests = AttachmentRequests::from(element);
+    let no_runtime = MetaConfig {
+        runtime_config: Map::new(),
+        runtime_config_to_all_delegates: false,
+        ..config.clone()
+    };
+    Ok(DelegatePlan {
+        capability_args: crate::plan::secondary_capability_args(&no_runtime, &requests),
+        display_name: resolved.display_name,
+        source: resolved.source,
+        config: config_with_args,
+        is_master: false,
+        ifname: element.interface.clone(),
+        cni_args: delegate_cni_args(&request.k8s, &request.cni_args),
+        requests,
+        default_route: DefaultRoutePlan::default(),
+    })
+}
+
+/// network-status after a hot-plug ADD: the current entries plus one entry for the result
+/// (name `<ns>/<name>`, interface of the result's last sandbox interface, every IP).
+pub fn status_after_add(
+    current: &[NetworkStatus],
+    element: &NetworkSelectionElement,
+    result: &CniResult,
+) -> Vec<NetworkStatus> {
+    let name = format!("{}/{}", element.namespace, element.name);
+    let mut out = current.to_vec();
+    out.push(network_status(result, &name, false, None));
+    out
+}
+
+/// network-status after a hot-unplug: entries whose `<name>/<interface>` is
+/// `<ns>/<name>/<interface>` of the element are removed; order is kept (the controller
+/// rebuilds from a map — docs/compat.md).
+pub fn status_after_remove(
+    current: &[NetworkStatus],
+    element: &NetworkSelectionElement,
+) -> Vec<NetworkStatus> {
+    let key = format!("{}/{}/{}", element.namespace, element.name, element.interface);
+    current
+        .iter()
+        .filter(|s| format!("{}/{}", s.name, s.interface) != key)
+        .cloned()
+        .collect()
+}
+
+/// The controller's reconcile: elements to add (annotation order) and status entries to
+/// remove, keyed `<ns>/<name>/<interface>`. Entries marked `default` are never removed, nor
+/// are entries whose name has no `/` (file-based networks: the controller would remove
+/// those — docs/compat.md).
+pub fn hotplug_diff(
+    desired: &[NetworkSelectionElement],
+    status: &[NetworkStatus],
+) -> (Vec<NetworkSelectionElement>, Vec<NetworkSelectionElement>) {
+    let element_key = |e: &NetworkSelectionElement| format!("{}/{}/{}", e.namespace, e.name, e.interface);
+    let status_key = |s: &NetworkStatus| format!("{}/{}", s.name, s.interface);
+    let current: Vec<&NetworkStatus> = status
+        .iter()
+        .filter(|s| !s.default && s.name.contains('/'))
+        .collect();
+    let to_add = desired
+        .iter()
+        .filter(|e| !current.iter().any(|s| status_key(s) == element_key(e)))
+        .cloned()
+        .collect();
+    let to_remove = current
+        .iter()
+        .filter(|s| !desired.iter().any(|e| element_key(e) == status_key(s)))
+        .map(|s| {
+            let (namespace, name) = s.name.split_once('/').unwrap_or(("", &s.name));
+            NetworkSelectionElement {
+                namespace: namespace.into(),
+                name: name.into(),
+                interface: s.interface.clone(),
+                ..Default::default()
+            }
+        })
+        .collect();
+    (to_add, to_remove)
+}
