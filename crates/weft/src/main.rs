@@ -1,7 +1,20 @@
 //! weft: one multi-call binary. Invoked as `weft-cni` it is the CNI shim, as `weft-ipam` the
 //! IPAM plugin; otherwise the CLI (node agent, controller, local cluster, inspection).
 
-fn main() {
+mod agent;
+mod claims;
+mod cli;
+mod cluster;
+mod controller;
+mod ipam_plugin;
+mod kinds;
+mod local;
+mod protocol;
+mod shim;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
     let argv0 = std::env::args_os().next().unwrap_or_default();
     let name = std::path::Path::new(&argv0)
         .file_name()
@@ -9,10 +22,8 @@ fn main() {
         .unwrap_or("weft")
         .to_string();
     match name.as_str() {
-        "weft-cni" | "weft-ipam" => {
-            eprintln!("{name}: not implemented yet");
-            std::process::exit(1);
-        }
-        _ => println!("weft {}", env!("CARGO_PKG_VERSION")),
+        "weft-cni" => shim::run(),
+        "weft-ipam" => ipam_plugin::run(),
+        _ => ExitCode::from(cli::run().clamp(0, 255) as u8),
     }
 }

@@ -1,0 +1,102 @@
+//! The node agent: the thick CNI plugin behind `weft-cni` (meta-plugin), and in the local
+//! cluster also the kubelet (pod sandboxes) and launcher (guest wiring, DHCP, QEMU) roles.
+
+mod cache;
+mod cni;
+mod metrics;
+mod plan;
+mod server;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use clap::Args;
+use weft_cni::CniError;
+use weft_store::Store;
+
+pub use metrics::Metrics;
+
+use crate::protocol::CniRequest;
+
+/// `weft agent` options.
+#[derive(Clone, Debug, Args)]
+pub struct AgentArgs {
+    /// Name of this node.
+    #[arg(long, env = "WEFT_NODE_NAME")]
+    pub node: String,
+    /// The agent's Unix socket.
+    #[arg(long, default_value = crate::protocol::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    /// Directories searched for delegate plugins, in order.
+    #[arg(long = "cni-bin-dir", default_values = ["/opt/cni/bin", "/usr/lib/cni"])]
+    pub cni_bin_dirs: Vec<PathBuf>,
+    /// Directory of CNI configs (cluster network files, generated 00-weft.conflist).
+    #[arg(long, default_value = "/etc/cni/net.d")]
+    pub conf_dir: PathBuf,
+    /// Per-container cache of what was attached (for DEL).
+    #[arg(long, default_value = "/var/lib/weft/cache")]
+    pub cache_dir: PathBuf,
+    /// Local-cluster mode: also run pod sandboxes and guests for pods bound to this node.
+    #[arg(long)]
+    pub local: bool,
+}
+
+/// The agent's shared state.
+pub struct Agent {
+    /// Options.
+    pub args: AgentArgs,
+    /// State directory (local cluster: logs, pids, guest images).
+    pub state_dir: PathBuf,
+    /// The cluster store.
+    pub store: Arc<dyn Store>,
+    /// Metrics.
+    pub metrics: Metrics,
+}
+
+impl Agent {
+    /// Handle a `/cni` request from the shim.
+    pub async fn handle_cni(&self, request: CniRequest) -> Result<Option<serde_json::Value>, CniError> {
+        cni::handle(self, request, false).await
+    }
+
+    /// Handle a `/delegate` (single attachment, hot-plug) request.
+    pub async fn handle_delegate(&self, request: CniRequest) -> Result<Option<serde_json::Value>, CniError> {
+        cni::handle(self, request, true).await
+    }
+}
+
+/// `weft agent`: serve until SIGTERM/SIGINT.
+pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
+    let store = crate::cluster::open_store(state)?;
+    let agent = Arc::new(Agent {
+        args: args.clone(),
+        state_dir: state.to_path_buf(),
+        store,
+        metrics: Metrics::default(),
+    });
+    let server_state = Arc::new(server::ServerState {
+        agent: agent.clone(),
+        ready: AtomicBool::new(true),
+    });
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    if args.local {
+        let agent = agent.clone();
+        let stop = stop_rx.clone();
+        tokio::spawn(async move {
+            if let Err(e) = crate::local::kubelet::run(agent, stop).await {
+                tracing::error!("local pod runner stopped: {e:#}");
+            }
+        });
+    }
+    let shutdown = async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+        }
+        let _ = stop_tx.send(true);
+    };
+    server::serve(&args.socket, server_state, shutdown).await?;
+    Ok(0)
+}

@@ -1,0 +1,142 @@
+//! IPAM claims for VMs (what kubevirt/ipam-extensions does, without a webhook): one IPAMClaim
+//! `<vm>.<network>` per secondary network whose NAD allows persistent IPs, owned by the VM,
+//! deleted (and its addresses released) when the VM goes away.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde_json::Value;
+use weft_ipam::IpamClaim;
+use weft_netconf::NetworkAttachmentDefinition;
+use weft_store::{Api, ListOptions, ObjectMeta, OwnerReference, Resource, Store};
+use weft_vm::{VirtualMachine, VirtualMachineInstance};
+
+use crate::controller::split_nad;
+
+/// Label on claims naming their VM.
+pub const VM_LABEL: &str = "kubevirt.io/vm";
+
+/// The NAD's CNI network name if it allows persistent IPs.
+async fn persistent_network(
+    store: &Arc<dyn Store>,
+    namespace: &str,
+    network_name: &str,
+) -> anyhow::Result<Option<String>> {
+    let (ns, name) = split_nad(network_name, namespace);
+    let Some(nad) = Api::<NetworkAttachmentDefinition>::namespaced(store.clone(), &ns)
+        .get(&name)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let config: Value = serde_json::from_str(&nad.spec.config).unwrap_or(Value::Null);
+    let allowed = config
+        .get("allowPersistentIPs")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    Ok(allowed.then(|| {
+        config
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or(&name)
+            .to_string()
+    }))
+}
+
+/// Create the claims a VM needs (idempotent).
+pub async fn ensure_for_vm(store: &Arc<dyn Store>, vm: &VirtualMachine) -> anyhow::Result<()> {
+    let ns = vm.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let api = Api::<IpamClaim>::namespaced(store.clone(), &ns);
+    for network in &vm.spec.template.spec.networks {
+        let Some(multus) = network.multus.as_ref().filter(|m| !m.default) else {
+            continue;
+        };
+        let Some(cni_network) = persistent_network(store, &ns, &multus.network_name).await? else {
+            continue;
+        };
+        let name = format!("{}.{}", vm.metadata.name, network.name);
+        if api.get(&name).await?.is_some() {
+            continue;
+        }
+        let mut claim = IpamClaim::default();
+        claim.metadata = ObjectMeta::named(Some(&ns), &name);
+        claim
+            .metadata
+            .labels
+            .insert(VM_LABEL.into(), vm.metadata.name.clone());
+        claim.metadata.owner_references.push(OwnerReference {
+            api_version: VirtualMachine::API_VERSION.into(),
+            kind: VirtualMachine::KIND.into(),
+            name: vm.metadata.name.clone(),
+            uid: vm.metadata.uid.clone().unwrap_or_default(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        });
+        claim.spec.network = cni_network;
+        claim.spec.interface = weft_vm::hashed_pod_interface_name(&network.name);
+        match api.create(&claim).await {
+            Err(e) if e.is_already_exists() => {}
+            other => {
+                other?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Pod interface name → claim name, for the VMI's networks that have a claim.
+pub async fn claim_names_for_vmi(
+    store: &Arc<dyn Store>,
+    vmi: &VirtualMachineInstance,
+) -> anyhow::Result<BTreeMap<String, String>> {
+    let ns = vmi.namespace().to_string();
+    let vm = vmi
+        .metadata
+        .label(crate::controller::launcher_pod::VM_NAME_LABEL)
+        .unwrap_or(&vmi.metadata.name);
+    let api = Api::<IpamClaim>::namespaced(store.clone(), &ns);
+    let mut out = BTreeMap::new();
+    for network in vmi
+        .spec
+        .networks
+        .iter()
+        .filter(|n| n.multus.as_ref().is_some_and(|m| !m.default))
+    {
+        let name = format!("{vm}.{}", network.name);
+        if api.get(&name).await?.is_some() {
+            out.insert(weft_vm::hashed_pod_interface_name(&network.name), name);
+        }
+    }
+    Ok(out)
+}
+
+/// Delete the claims whose VM is gone, releasing their addresses.
+pub async fn collect_orphans(store: &Arc<dyn Store>, vms: &[VirtualMachine]) -> anyhow::Result<()> {
+    let live: BTreeSet<String> = vms.iter().filter_map(|v| v.metadata.uid.clone()).collect();
+    let claims = Api::<IpamClaim>::all(store.clone())
+        .list(&ListOptions::default())
+        .await?;
+    for claim in claims {
+        let owned_by_vm = claim
+            .metadata
+            .owner_references
+            .iter()
+            .find(|o| o.kind == VirtualMachine::KIND);
+        if let Some(owner) = owned_by_vm
+            && !live.contains(&owner.uid)
+        {
+            let ns = claim.metadata.namespace.clone().unwrap_or_default();
+            weft_ipam::release_claim(
+                store,
+                &weft_ipam::claim::claim_reference(&ns, &claim.metadata.name),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            Api::<IpamClaim>::namespaced(store.clone(), &ns)
+                .delete(&claim.metadata.name)
+                .await?;
+            tracing::info!(claim = %claim.metadata.name, "VM gone: claim deleted, addresses released");
+        }
+    }
+    Ok(())
+}

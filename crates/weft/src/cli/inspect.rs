@@ -1,0 +1,251 @@
+//! `weft get`, `delete`, `start`, `stop`, `vm render`, `net parse`, `net status`.
+
+use std::path::Path;
+
+use anyhow::Context;
+use clap::Args;
+use serde_json::Value;
+use weft_store::{ListOptions, Object};
+
+use crate::cluster;
+
+/// `weft get KIND [NAME]`.
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    /// Kind (vm, vmi, pod, node, nad, ipamclaim).
+    pub kind: String,
+    /// Name (all when absent).
+    pub name: Option<String>,
+    /// Namespace.
+    #[arg(short, long, default_value = "default")]
+    pub namespace: String,
+    /// All namespaces.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+    /// Output: table (default), yaml, json.
+    #[arg(short, long, default_value = "table")]
+    pub output: String,
+}
+
+pub async fn get(state: &Path, args: GetArgs) -> anyhow::Result<i32> {
+    let ty = cluster::resolve_kind(&args.kind)?;
+    let store = cluster::open_store(state)?;
+    let namespace = (ty.namespaced && !args.all_namespaces).then_some(args.namespace.as_str());
+    let objects: Vec<Object> = match &args.name {
+        Some(name) => vec![
+            store
+                .get(&ty, namespace, name)
+                .await?
+                .with_context(|| format!("{} {} not found", ty.kind, ty.key(namespace, name)))?,
+        ],
+        None => store.list(&ty, namespace, &ListOptions::default()).await?.items,
+    };
+    match args.output.as_str() {
+        "yaml" => {
+            for (i, object) in objects.iter().enumerate() {
+                if i > 0 {
+                    println!("---");
+                }
+                print!("{}", serde_saphyr::to_string(object)?);
+            }
+        }
+        "json" => {
+            let value = if args.name.is_some() {
+                serde_json::to_value(&objects[0])?
+            } else {
+                serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects})
+            };
+            println!("{}", serde_json::to_string_pretty(&value)?);
+        }
+        "table" | "wide" => print!("{}", table(&ty.kind, &objects, args.all_namespaces)),
+        other => anyhow::bail!("unknown output format {other:?} (table, yaml, json)"),
+    }
+    Ok(0)
+}
+
+fn text(object: &Object, path: &str) -> String {
+    match object.path(path) {
+        Some(Value::String(s)) => s,
+        Some(Value::Null) | None => String::new(),
+        Some(Value::Bool(b)) => b.to_string(),
+        Some(other) => other.to_string(),
+    }
+}
+
+fn age(object: &Object) -> String {
+    let Some(created) = object.metadata.creation_timestamp.as_deref() else {
+        return "-".into();
+    };
+    let Ok(created) = created.parse::<jiff::Timestamp>() else {
+        return "-".into();
+    };
+    let seconds = (jiff::Timestamp::now().as_second() - created.as_second()).max(0);
+    match seconds {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+/// The default table for a kind (columns as kubectl/virtctl show them).
+pub fn table(kind: &str, objects: &[Object], with_namespace: bool) -> String {
+    let header: Vec<&str> = match kind {
+        "VirtualMachineInstance" => vec!["NAME", "AGE", "PHASE", "IP", "NODENAME", "READY"],
+        "VirtualMachine" => vec!["NAME", "AGE", "STATUS", "READY"],
+        "Pod" => vec!["NAME", "STATUS", "IP", "NODE", "AGE"],
+        "IPAMClaim" => vec!["NAME", "NETWORK", "IPS", "OWNER", "AGE"],
+        _ => vec!["NAME", "AGE"],
+    };
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for o in objects {
+        let name = o.metadata.name.clone();
+        let row = match kind {
+            "VirtualMachineInstance" => {
+                let ready = o
+                    .path("status.conditions")
+                    .and_then(|c| c.as_array().cloned())
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True");
+                vec![
+                    name,
+                    age(o),
+                    text(o, "status.phase"),
+                    o.path("status.interfaces")
+                        .and_then(|i| i.get(0).and_then(|i| i.get("ipAddress")).cloned())
+                        .and_then(|v| v.as_str().map(String::from))
+                        .unwrap_or_default(),
+                    text(o, "status.nodeName"),
+                    if ready { "True".into() } else { "False".into() },
+                ]
+            }
+            "VirtualMachine" => vec![
+                name,
+                age(o),
+                text(o, "status.printableStatus"),
+                text(o, "status.ready"),
+            ],
+            "Pod" => vec![
+                name,
+                text(o, "status.phase"),
+                text(o, "status.podIP"),
+                text(o, "spec.nodeName"),
+                age(o),
+            ],
+            "IPAMClaim" => vec![
+                name,
+                text(o, "spec.network"),
+                o.path("status.ips")
+                    .and_then(|v| v.as_array().cloned())
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                text(o, "status.ownerPod.name"),
+                age(o),
+            ],
+            _ => vec![name, age(o)],
+        };
+        let mut row = row;
+        if with_namespace {
+            row.insert(0, o.metadata.namespace.clone().unwrap_or_default());
+        }
+        rows.push(row);
+    }
+    let mut header: Vec<String> = header.into_iter().map(String::from).collect();
+    if with_namespace {
+        header.insert(0, "NAMESPACE".into());
+    }
+    render_table(&header, &rows)
+}
+
+fn render_table(header: &[String], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(String::len).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut s = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("   ");
+        s.truncate(s.trim_end().len());
+        s + "\n"
+    };
+    let mut out = line(header);
+    for row in rows {
+        out += &line(row);
+    }
+    out
+}
+
+pub async fn delete(state: &Path, kind: &str, name: &str, namespace: &str) -> anyhow::Result<i32> {
+    let ty = cluster::resolve_kind(kind)?;
+    let store = cluster::open_store(state)?;
+    let ns = ty.namespaced.then_some(namespace);
+    match store.delete(&ty, ns, name, None).await? {
+        Some(_) => println!("{}/{name} deleted", ty.kind.to_lowercase()),
+        None => anyhow::bail!("{} {} not found", ty.kind, ty.key(ns, name)),
+    }
+    Ok(0)
+}
+
+pub async fn set_running(state: &Path, name: &str, namespace: &str, running: bool) -> anyhow::Result<i32> {
+    let store = cluster::open_store(state)?;
+    let api = weft_store::Api::<weft_vm::VirtualMachine>::namespaced(store, namespace);
+    api.modify(name, |vm| {
+        let changed = vm.spec.running != Some(running);
+        vm.spec.running = Some(running);
+        changed
+    })
+    .await
+    .with_context(|| format!("VirtualMachine {namespace}/{name}"))?;
+    println!(
+        "VirtualMachine {namespace}/{name} {}",
+        if running { "started" } else { "stopped" }
+    );
+    Ok(0)
+}
+
+pub fn vm_render(file: &Path) -> anyhow::Result<i32> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?;
+    let output = weft_vm::render(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    println!("{}", serde_json::to_string_pretty(&output)?);
+    Ok(0)
+}
+
+pub fn net_parse(namespace: &str, annotation: &str) -> anyhow::Result<i32> {
+    match weft_netconf::parse_networks_annotation(annotation, namespace) {
+        Ok(elements) => {
+            println!("{}", serde_json::to_string_pretty(&elements)?);
+            Ok(0)
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            Ok(1)
+        }
+    }
+}
+
+pub async fn net_status(state: &Path, pod: &str, namespace: &str) -> anyhow::Result<i32> {
+    let store = cluster::open_store(state)?;
+    let pod = weft_store::Api::<crate::kinds::Pod>::namespaced(store, namespace)
+        .get(pod)
+        .await?
+        .with_context(|| format!("Pod {namespace}/{pod} not found"))?;
+    match pod.metadata.annotation(weft_netconf::NETWORK_STATUS_ANNOTATION) {
+        Some(status) => println!("{status}"),
+        None => anyhow::bail!(
+            "Pod {namespace}/{}: no {} annotation",
+            pod.metadata.name,
+            weft_netconf::NETWORK_STATUS_ANNOTATION
+        ),
+    }
+    Ok(0)
+}

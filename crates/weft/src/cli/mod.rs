@@ -1,0 +1,171 @@
+//! The `weft` command line.
+
+mod inspect;
+mod manifests;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+pub use inspect::table;
+pub use manifests::{apply_objects, parse_manifests};
+
+/// weft: multi-network for virtual machines on Kubernetes.
+#[derive(Debug, Parser)]
+#[command(name = "weft", version, about)]
+pub struct Cli {
+    /// State directory of the local cluster (store, logs, pids).
+    #[arg(long, global = true, env = "WEFT_STATE_DIR", default_value = "/var/lib/weft")]
+    pub state_dir: PathBuf,
+    /// Log filter (tracing env-filter syntax), e.g. `info`, `weft=debug`.
+    #[arg(long, global = true, env = "WEFT_LOG", default_value = "info")]
+    pub log: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Bring up the local cluster, apply the examples and start the example VM.
+    Up(crate::local::UpArgs),
+    /// Remove everything the local cluster created.
+    Down,
+    /// Create or update objects from a YAML/JSON manifest.
+    Apply {
+        /// Manifest file (`-` for stdin).
+        #[arg(short = 'f', long = "filename")]
+        file: PathBuf,
+    },
+    /// List objects, or show one.
+    Get(inspect::GetArgs),
+    /// Delete an object.
+    Delete {
+        /// Kind (vm, vmi, pod, nad, ipamclaim, node).
+        kind: String,
+        /// Name.
+        name: String,
+        /// Namespace.
+        #[arg(short, long, default_value = "default")]
+        namespace: String,
+    },
+    /// Start a VirtualMachine (spec.running = true).
+    Start {
+        /// VM name.
+        name: String,
+        /// Namespace.
+        #[arg(short, long, default_value = "default")]
+        namespace: String,
+    },
+    /// Stop a VirtualMachine (spec.running = false).
+    Stop {
+        /// VM name.
+        name: String,
+        /// Namespace.
+        #[arg(short, long, default_value = "default")]
+        namespace: String,
+    },
+    /// VM network decisions.
+    #[command(subcommand)]
+    Vm(VmCommand),
+    /// Meta-plugin inspection.
+    #[command(subcommand)]
+    Net(NetCommand),
+    /// Run the node agent (thick CNI plugin, kubelet and launcher roles in the local cluster).
+    Agent(crate::agent::AgentArgs),
+    /// Run the controller (VMs, VMIs, launcher pods, IPAM claims, status).
+    Controller,
+}
+
+/// `weft vm ...`
+#[derive(Debug, Subcommand)]
+pub enum VmCommand {
+    /// Show what weft decides for a VMI: defaults, validation, pod annotations, names, status.
+    Render {
+        /// File with a VirtualMachineInstance (and optionally its Pod and a KubeVirt object).
+        #[arg(short = 'f', long = "filename")]
+        file: PathBuf,
+    },
+}
+
+/// `weft net ...`
+#[derive(Debug, Subcommand)]
+pub enum NetCommand {
+    /// Parse a `k8s.v1.cni.cncf.io/networks` annotation value as the meta-plugin does.
+    Parse {
+        /// Namespace of the pod (default for elements without one).
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        /// The annotation value.
+        annotation: String,
+    },
+    /// Print a pod's network-status.
+    Status {
+        /// Pod name.
+        pod: String,
+        /// Namespace.
+        #[arg(short, long, default_value = "default")]
+        namespace: String,
+    },
+}
+
+/// Parse arguments, run, return the exit code.
+pub fn run() -> i32 {
+    let cli = Cli::parse();
+    init_logging(&cli.log);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return 1;
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            1
+        }
+    }
+}
+
+fn init_logging(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
+    let state = cli.state_dir.clone();
+    match cli.command {
+        Command::Up(args) => crate::local::up(&state, args).await,
+        Command::Down => crate::local::down(&state).await,
+        Command::Apply { file } => manifests::apply(&state, &file).await,
+        Command::Get(args) => inspect::get(&state, args).await,
+        Command::Delete {
+            kind,
+            name,
+            namespace,
+        } => inspect::delete(&state, &kind, &name, &namespace).await,
+        Command::Start { name, namespace } => inspect::set_running(&state, &name, &namespace, true).await,
+        Command::Stop { name, namespace } => inspect::set_running(&state, &name, &namespace, false).await,
+        Command::Vm(VmCommand::Render { file }) => inspect::vm_render(&file),
+        Command::Net(NetCommand::Parse {
+            namespace,
+            annotation,
+        }) => inspect::net_parse(&namespace, &annotation),
+        Command::Net(NetCommand::Status { pod, namespace }) => {
+            inspect::net_status(&state, &pod, &namespace).await
+        }
+        Command::Agent(args) => crate::agent::run(&state, args).await,
+        Command::Controller => crate::controller::run(&state).await,
+    }
+}

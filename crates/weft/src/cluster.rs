@@ -1,0 +1,69 @@
+//! Where the cluster lives: opening the store and the kinds weft knows.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use weft_store::{Object, Resource, ResourceType, Store};
+
+/// File name of the embedded store inside the state directory.
+pub const STORE_FILE: &str = "store.db";
+
+/// Open the embedded store of the local cluster at `state/store.db`.
+pub fn open_store(state: &Path) -> anyhow::Result<Arc<dyn Store>> {
+    std::fs::create_dir_all(state).with_context(|| format!("create state directory {}", state.display()))?;
+    let path = state.join(STORE_FILE);
+    let store =
+        weft_store::SqliteStore::open(&path).with_context(|| format!("open store {}", path.display()))?;
+    Ok(Arc::new(store))
+}
+
+/// Every kind weft reads or writes.
+pub fn known_types() -> Vec<ResourceType> {
+    vec![
+        crate::kinds::Pod::resource_type(),
+        crate::kinds::Node::resource_type(),
+        weft_netconf::NetworkAttachmentDefinition::resource_type(),
+        weft_vm::VirtualMachine::resource_type(),
+        weft_vm::VirtualMachineInstance::resource_type(),
+        weft_ipam::IpamClaim::resource_type(),
+    ]
+}
+
+/// The resource type of an object, if weft knows its kind.
+pub fn resource_type_of(object: &Object) -> anyhow::Result<ResourceType> {
+    known_types()
+        .into_iter()
+        .find(|t| t.kind == object.kind && t.api_version == object.api_version)
+        .with_context(|| {
+            format!(
+                "{} {}: unknown kind {}/{}",
+                object.kind,
+                object.key(),
+                object.api_version,
+                object.kind
+            )
+        })
+}
+
+/// Resolve a kind as typed on the command line (`vm`, `vmis`, `pod`, `nad`, ...).
+pub fn resolve_kind(name: &str) -> anyhow::Result<ResourceType> {
+    let lower = name.to_lowercase();
+    let wanted = match lower.as_str() {
+        "vm" | "vms" | "virtualmachine" | "virtualmachines" => "VirtualMachine",
+        "vmi" | "vmis" | "virtualmachineinstance" | "virtualmachineinstances" => "VirtualMachineInstance",
+        "pod" | "pods" | "po" => "Pod",
+        "node" | "nodes" | "no" => "Node",
+        "nad"
+        | "nads"
+        | "net-attach-def"
+        | "network-attachment-definitions"
+        | "networkattachmentdefinition" => "NetworkAttachmentDefinition",
+        "ipamclaim" | "ipamclaims" => "IPAMClaim",
+        _ => anyhow::bail!("unknown kind {name:?} (known: vm, vmi, pod, node, nad, ipamclaim)"),
+    };
+    known_types()
+        .into_iter()
+        .find(|t| t.kind == wanted)
+        .context("kind table")
+}

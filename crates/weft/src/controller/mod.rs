@@ -1,0 +1,366 @@
+//! The controller: VirtualMachine → VirtualMachineInstance → virt-launcher pod, IPAM claims,
+//! and VMI status from the pod. Level-triggered: each pass reads the store and converges.
+
+pub mod launcher_pod;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::Value;
+use weft_netconf::NetworkAttachmentDefinition;
+use weft_store::{Api, ListOptions, Object, ObjectMeta, OwnerReference, Resource, Store};
+use weft_vm::{VirtualMachine, VirtualMachineInstance};
+
+use crate::kinds::{Node, Pod};
+
+/// How often the controller converges when nothing wakes it.
+const RESYNC: Duration = Duration::from_millis(400);
+
+/// `weft controller`.
+pub async fn run(state: &Path) -> anyhow::Result<i32> {
+    let store = crate::cluster::open_store(state)?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        if let Err(e) = reconcile(&store).await {
+            tracing::warn!("reconcile: {e:#}");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(RESYNC) => {}
+            _ = term.recv() => return Ok(0),
+            _ = tokio::signal::ctrl_c() => return Ok(0),
+        }
+    }
+}
+
+/// Whether a VM wants to run.
+pub fn wants_running(vm: &VirtualMachine) -> bool {
+    match vm.spec.run_strategy.as_deref() {
+        Some("Always") | Some("RerunOnFailure") | Some("Once") => true,
+        Some(_) => false,
+        None => vm.spec.running.unwrap_or(false),
+    }
+}
+
+/// Check manifests before anything is created: VMs/VMIs validate, and every NAD they name is
+/// among the manifests (or already in the store, checked later by the controller).
+pub fn validate_manifests(objects: &[Object]) -> anyhow::Result<()> {
+    let nads: BTreeSet<(String, String)> = objects
+        .iter()
+        .filter(|o| o.kind == NetworkAttachmentDefinition::KIND)
+        .map(|o| {
+            (
+                o.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+                o.metadata.name.clone(),
+            )
+        })
+        .collect();
+    for object in objects {
+        let label = format!("{} {}", object.kind, object.key());
+        let spec = match object.kind.as_str() {
+            "VirtualMachine" => {
+                let vm: VirtualMachine = object.to_typed().with_context(|| label.clone())?;
+                vm.spec.template.spec
+            }
+            "VirtualMachineInstance" => {
+                let vmi: VirtualMachineInstance = object.to_typed().with_context(|| label.clone())?;
+                vmi.spec
+            }
+            "NetworkAttachmentDefinition" => {
+                let nad: NetworkAttachmentDefinition = object.to_typed().with_context(|| label.clone())?;
+                if !nad.spec.config.trim().is_empty() {
+                    serde_json::from_str::<Value>(&nad.spec.config)
+                        .with_context(|| format!("{label}: spec.config is not valid JSON"))?;
+                }
+                continue;
+            }
+            _ => continue,
+        };
+        let namespace = object
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let mut vmi = VirtualMachineInstance {
+            spec,
+            ..Default::default()
+        };
+        vmi.metadata = ObjectMeta::named(Some(&namespace), &object.metadata.name);
+        let config = weft_vm::ClusterConfig::default();
+        weft_vm::apply_network_defaults(&mut vmi.spec, &config)
+            .map_err(|e| anyhow::anyhow!("{label}: {e}"))?;
+        let root = if object.kind == "VirtualMachine" {
+            "spec.template.spec"
+        } else {
+            "spec"
+        };
+        let causes = weft_vm::validate_create(root, &vmi.spec, &config);
+        if let Some(cause) = causes.first() {
+            anyhow::bail!("{label}: {}: {}", cause.field, cause.message);
+        }
+        for (index, network) in vmi.spec.networks.iter().enumerate() {
+            if let Some(multus) = &network.multus {
+                let (ns, name) = split_nad(&multus.network_name, &namespace);
+                if !nads.contains(&(ns.clone(), name.clone())) {
+                    anyhow::bail!(
+                        "{label}: spec.networks[{index}].multus.networkName: NetworkAttachmentDefinition {ns}/{name} does not exist"
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `ns/name` or `name` (in `default_ns`).
+pub fn split_nad(network_name: &str, default_ns: &str) -> (String, String) {
+    match network_name.split_once('/') {
+        Some((ns, name)) => (ns.into(), name.into()),
+        None => (default_ns.into(), network_name.into()),
+    }
+}
+
+/// Whether every NIC of the VMI has an address reported from inside the guest (or, without
+/// guests, from the pod).
+pub fn all_nics_leased(vmi: &VirtualMachineInstance, no_guests: bool) -> bool {
+    let status = vmi.status_interfaces();
+    let phase_ok = vmi.status.as_ref().is_some_and(|s| s.phase == "Running");
+    phase_ok
+        && vmi.spec.networks.iter().all(|network| {
+            status.iter().any(|s| {
+                s.name == network.name
+                    && !s.ip_address.is_empty()
+                    && (no_guests || s.info_source.contains("guest-agent"))
+            })
+        })
+}
+
+async fn reconcile(store: &Arc<dyn Store>) -> anyhow::Result<()> {
+    let vms = Api::<VirtualMachine>::all(store.clone())
+        .list(&ListOptions::default())
+        .await?;
+    let vmis = Api::<VirtualMachineInstance>::all(store.clone())
+        .list(&ListOptions::default())
+        .await?;
+    let pods = Api::<Pod>::all(store.clone())
+        .list(&ListOptions::default().label(launcher_pod::LAUNCHER_LABEL.0, launcher_pod::LAUNCHER_LABEL.1))
+        .await?;
+    for vm in &vms {
+        if let Err(e) = reconcile_vm(store, vm, &vmis).await {
+            tracing::warn!(vm = %vm.metadata.name, "{e:#}");
+        }
+    }
+    for vmi in &vmis {
+        if let Err(e) = reconcile_vmi(store, vmi, &pods).await {
+            tracing::warn!(vmi = %vmi.metadata.name, "{e:#}");
+        }
+    }
+    // Launcher pods whose VMI is gone.
+    let live: BTreeSet<&str> = vmis.iter().filter_map(|v| v.metadata.uid.as_deref()).collect();
+    for pod in &pods {
+        let owner = pod.metadata.label(launcher_pod::CREATED_BY_LABEL).unwrap_or("");
+        if !live.contains(owner) && pod.metadata.deletion_timestamp.is_none() {
+            let ns = pod.metadata.namespace.clone().unwrap_or_default();
+            Api::<Pod>::namespaced(store.clone(), &ns)
+                .delete(&pod.metadata.name)
+                .await?;
+        }
+    }
+    crate::claims::collect_orphans(store, &vms).await?;
+    Ok(())
+}
+
+async fn reconcile_vm(
+    store: &Arc<dyn Store>,
+    vm: &VirtualMachine,
+    vmis: &[VirtualMachineInstance],
+) -> anyhow::Result<()> {
+    let ns = vm.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let api = Api::<VirtualMachineInstance>::namespaced(store.clone(), &ns);
+    let existing = vmis
+        .iter()
+        .find(|v| v.metadata.namespace.as_deref() == Some(&ns) && v.metadata.name == vm.metadata.name);
+    let running = wants_running(vm);
+    match (running, existing) {
+        (true, None) => {
+            crate::claims::ensure_for_vm(store, vm).await?;
+            let vmi = vmi_from_template(vm);
+            api.create(&vmi).await?;
+        }
+        (false, Some(vmi)) if vmi.metadata.deletion_timestamp.is_none() => {
+            api.delete(&vmi.metadata.name).await?;
+        }
+        _ => {}
+    }
+    let printable = match (
+        running,
+        existing.and_then(|v| v.status.as_ref()).map(|s| s.phase.as_str()),
+    ) {
+        (true, Some("Running")) => "Running",
+        (true, _) => "Starting",
+        (false, Some(_)) => "Stopping",
+        (false, None) => "Stopped",
+    };
+    let ready = printable == "Running";
+    if vm
+        .status
+        .as_ref()
+        .and_then(|s| s.get("printableStatus"))
+        .and_then(Value::as_str)
+        != Some(printable)
+    {
+        Api::<VirtualMachine>::namespaced(store.clone(), &ns)
+            .modify_status(&vm.metadata.name, |vm| {
+                let status = vm.status.get_or_insert_with(Default::default);
+                status.insert("printableStatus".into(), Value::String(printable.into()));
+                status.insert("ready".into(), Value::Bool(ready));
+                true
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+/// The VMI a VM creates: its template, named after the VM, owned by it.
+pub fn vmi_from_template(vm: &VirtualMachine) -> VirtualMachineInstance {
+    let mut vmi = VirtualMachineInstance {
+        spec: vm.spec.template.spec.clone(),
+        ..Default::default()
+    };
+    vmi.metadata = ObjectMeta::named(vm.metadata.namespace.as_deref(), &vm.metadata.name);
+    if let Some(meta) = &vm.spec.template.metadata {
+        for (field, target) in [
+            ("labels", &mut vmi.metadata.labels),
+            ("annotations", &mut vmi.metadata.annotations),
+        ] {
+            if let Some(map) = meta.get(field).and_then(Value::as_object) {
+                for (k, v) in map {
+                    if let Some(v) = v.as_str() {
+                        target.insert(k.clone(), v.into());
+                    }
+                }
+            }
+        }
+    }
+    vmi.metadata
+        .labels
+        .insert(launcher_pod::VM_NAME_LABEL.into(), vm.metadata.name.clone());
+    vmi.metadata.owner_references.push(OwnerReference {
+        api_version: VirtualMachine::API_VERSION.into(),
+        kind: VirtualMachine::KIND.into(),
+        name: vm.metadata.name.clone(),
+        uid: vm.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    });
+    vmi
+}
+
+async fn reconcile_vmi(
+    store: &Arc<dyn Store>,
+    vmi: &VirtualMachineInstance,
+    pods: &[Pod],
+) -> anyhow::Result<()> {
+    let ns = vmi.namespace().to_string();
+    let uid = vmi.metadata.uid.clone().unwrap_or_default();
+    let api = Api::<VirtualMachineInstance>::namespaced(store.clone(), &ns);
+    let config = weft_vm::ClusterConfig::default();
+    let pod = pods
+        .iter()
+        .find(|p| p.metadata.label(launcher_pod::CREATED_BY_LABEL) == Some(uid.as_str()));
+    let phase = vmi.status.as_ref().map(|s| s.phase.clone()).unwrap_or_default();
+    if phase == "Failed" || vmi.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let Some(pod) = pod else {
+        let mut defaulted = vmi.clone();
+        weft_vm::apply_network_defaults(&mut defaulted.spec, &config).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let causes = weft_vm::validate("spec", &defaulted.spec, &config);
+        if !causes.is_empty() {
+            let message = causes
+                .iter()
+                .map(|c| format!("{}: {}", c.field, c.message))
+                .collect::<Vec<_>>()
+                .join("; ");
+            api.modify_status(&vmi.metadata.name, |v| {
+                let status = v.status.get_or_insert_with(Default::default);
+                status.phase = "Failed".into();
+                status
+                    .extra
+                    .insert("reason".into(), Value::String(message.clone()));
+                true
+            })
+            .await?;
+            return Ok(());
+        }
+        if defaulted.spec != vmi.spec {
+            api.modify(&vmi.metadata.name, |v| {
+                v.spec = defaulted.spec.clone();
+                true
+            })
+            .await?;
+        }
+        create_launcher_pod(store, &defaulted).await?;
+        api.modify_status(&vmi.metadata.name, |v| {
+            let status = v.status.get_or_insert_with(Default::default);
+            let changed = status.phase != "Scheduling";
+            status.phase = "Scheduling".into();
+            changed
+        })
+        .await?;
+        return Ok(());
+    };
+    let new_phase = match pod.status.phase.as_str() {
+        "Running" => "Running",
+        "Failed" => "Failed",
+        "Succeeded" => "Succeeded",
+        _ => "Scheduled",
+    };
+    let statuses = weft_vm::network_statuses(&pod.metadata.annotations);
+    let node = pod.spec.node_name.clone();
+    api.modify_status(&vmi.metadata.name, |v| {
+        let interfaces =
+            weft_vm::controller_status_interfaces(&v.spec.networks, v.status_interfaces(), &statuses);
+        let status = v.status.get_or_insert_with(Default::default);
+        let before = status.clone();
+        status.phase = new_phase.into();
+        status.node_name = node.clone();
+        status.interfaces = interfaces;
+        *status != before
+    })
+    .await?;
+    Ok(())
+}
+
+async fn create_launcher_pod(store: &Arc<dyn Store>, vmi: &VirtualMachineInstance) -> anyhow::Result<()> {
+    let ns = vmi.namespace().to_string();
+    let nodes: Vec<String> = Api::<Node>::all(store.clone())
+        .list(&ListOptions::default())
+        .await?
+        .into_iter()
+        .map(|n| n.metadata.name)
+        .collect();
+    let mut load = BTreeMap::new();
+    for pod in Api::<Pod>::all(store.clone())
+        .list(&ListOptions::default())
+        .await?
+    {
+        *load.entry(pod.spec.node_name.clone()).or_insert(0usize) += 1;
+    }
+    let node = launcher_pod::choose_node(&nodes, &load)
+        .context("no node to run the VM on")?
+        .clone();
+    let mut annotations = weft_vm::launcher_pod_annotations(vmi, &weft_vm::ClusterConfig::default())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let claims = crate::claims::claim_names_for_vmi(store, vmi).await?;
+    if let Some(networks) = annotations.get_mut(weft_netconf::NETWORKS_ANNOTATION) {
+        *networks = launcher_pod::with_claim_references(networks, &claims);
+    }
+    let pod = launcher_pod::render(vmi, &node, annotations);
+    match Api::<Pod>::namespaced(store.clone(), &ns).create(&pod).await {
+        Err(e) if e.is_already_exists() => Ok(()),
+        other => other.map(|_| ()).map_err(Into::into),
+    }
+}

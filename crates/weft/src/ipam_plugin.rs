@@ -1,0 +1,83 @@
+//! `weft-ipam`: the IPAM plugin. Opens the embedded store named by the config (`ipam.stateDir`,
+//! else `$WEFT_STATE_DIR`, else /var/lib/weft) and lets `weft_ipam` allocate, release, check,
+//! report status and collect garbage.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use weft_cni::plugin::{Plugin, PluginRequest};
+use weft_cni::{CniError, CniResult, codes};
+use weft_store::Store;
+
+struct IpamPlugin;
+
+/// Run the IPAM plugin as the current process.
+pub fn run() -> ExitCode {
+    weft_cni::plugin::run(&IpamPlugin)
+}
+
+fn state_dir(request: &PluginRequest) -> PathBuf {
+    request
+        .config
+        .ipam()
+        .and_then(|ipam| ipam.get("stateDir"))
+        .and_then(|v| v.as_str())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("WEFT_STATE_DIR").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/var/lib/weft"))
+}
+
+fn open_store(request: &PluginRequest) -> Result<Arc<dyn Store>, CniError> {
+    let path = state_dir(request).join(crate::cluster::STORE_FILE);
+    weft_store::SqliteStore::open(&path)
+        .map(|s| Arc::new(s) as Arc<dyn Store>)
+        .map_err(|e| {
+            CniError::new(
+                codes::TRY_AGAIN_LATER,
+                format!("weft-ipam: cannot open store {}", path.display()),
+            )
+            .with_details(e.to_string())
+        })
+}
+
+fn block_on<T>(future: impl std::future::Future<Output = T>) -> Result<T, CniError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            CniError::new(codes::IO_FAILURE, "weft-ipam: cannot start the async runtime")
+                .with_details(e.to_string())
+        })?;
+    Ok(runtime.block_on(future))
+}
+
+impl IpamPlugin {
+    fn call(&self, request: &PluginRequest) -> Result<Option<CniResult>, CniError> {
+        let store = open_store(request)?;
+        let node = std::env::var("WEFT_NODE_NAME").unwrap_or_default();
+        block_on(weft_ipam::plugin::handle(
+            weft_ipam::IpamRequest::from_plugin_request(request, node),
+            store,
+        ))?
+    }
+}
+
+impl Plugin for IpamPlugin {
+    fn add(&self, request: &PluginRequest) -> Result<CniResult, CniError> {
+        self.call(request)?
+            .ok_or_else(|| CniError::new(codes::IO_FAILURE, "weft-ipam: ADD produced no result"))
+    }
+    fn del(&self, request: &PluginRequest) -> Result<(), CniError> {
+        self.call(request).map(|_| ())
+    }
+    fn check(&self, request: &PluginRequest) -> Result<(), CniError> {
+        self.call(request).map(|_| ())
+    }
+    fn status(&self, request: &PluginRequest) -> Result<(), CniError> {
+        self.call(request).map(|_| ())
+    }
+    fn gc(&self, request: &PluginRequest) -> Result<(), CniError> {
+        self.call(request).map(|_| ())
+    }
+}

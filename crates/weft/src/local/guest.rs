@@ -1,0 +1,77 @@
+//! Booting a VMI's guest in its launcher pod: the initramfs (built once per state directory),
+//! the kernel command line checks a VMI asks for, and QEMU on the pod's taps.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use weft_guest::{GuestNic, GuestSpec, RunningGuest};
+use weft_vm::VirtualMachineInstance;
+
+use crate::agent::Agent;
+use crate::local::launcher::DomainNic;
+
+/// VMI annotation listing connectivity checks the guest runs after its leases, as
+/// `kind=target` words separated by spaces (`ping=172.31.255.254 wget=http://…`).
+pub const GUEST_CHECKS_ANNOTATION: &str = "weft.dev/guest-checks";
+
+/// Kernel command-line words for the checks a VMI asks for.
+pub fn check_words(vmi: &VirtualMachineInstance) -> Vec<String> {
+    vmi.metadata
+        .annotation(GUEST_CHECKS_ANNOTATION)
+        .unwrap_or("")
+        .split_whitespace()
+        .filter_map(|word| word.split_once('='))
+        .filter(|(kind, target)| matches!(*kind, "ping" | "wget" | "httpd") && !target.is_empty())
+        .map(|(kind, target)| format!("weft.{kind}={target}"))
+        .collect()
+}
+
+/// Boot the guest on the NICs' taps inside the pod netns.
+pub fn boot(
+    agent: &Arc<Agent>,
+    vmi: &VirtualMachineInstance,
+    nics: &[DomainNic],
+    netns: &weft_host::Netns,
+    dir: &Path,
+) -> anyhow::Result<RunningGuest> {
+    let _ = netns;
+    std::fs::create_dir_all(dir)?;
+    let kernel = weft_guest::locate_kernel(&weft_guest::kernel::kernel_dir()).context("guest kernel")?;
+    let initrd = agent
+        .state_dir
+        .join("guest")
+        .join(format!("initramfs-{}.cpio.gz", kernel.release));
+    if !initrd.exists() {
+        std::fs::create_dir_all(initrd.parent().unwrap_or(dir))?;
+        let busybox = crate::local::which("busybox").context("busybox is missing")?;
+        let tmp = initrd.with_extension("tmp");
+        weft_guest::write_initramfs(&kernel, &busybox, &tmp)
+            .map_err(|e| anyhow::anyhow!("initramfs: {e}"))?;
+        std::fs::rename(&tmp, &initrd)?;
+    }
+    let mut spec = GuestSpec::new(&vmi.metadata.name, &kernel.vmlinux, &initrd, dir);
+    spec.cmdline_extras = check_words(vmi);
+    spec.nics = nics
+        .iter()
+        .map(|nic| GuestNic::virtio(&nic.tap, &nic.mac))
+        .collect();
+    let domain_xml = crate::local::domain::render(vmi, nics, &spec);
+    std::fs::write(dir.join("domain.xml"), domain_xml)?;
+    let netns_name = Path::new(&netns.label().to_string())
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("")
+        .to_string();
+    let guest = RunningGuest::spawn(&spec, Some(&netns_name))
+        .map_err(|e| anyhow::anyhow!("start QEMU for {}: {e}", vmi.metadata.name))?;
+    if let Some(pid) = guest.pid() {
+        let run = crate::local::processes::pid_dir(&agent.state_dir);
+        std::fs::create_dir_all(&run)?;
+        std::fs::write(
+            run.join(format!("qemu-{}-{}.pid", vmi.namespace(), vmi.metadata.name)),
+            pid.to_string(),
+        )?;
+    }
+    Ok(guest)
+}

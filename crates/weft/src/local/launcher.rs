@@ -1,0 +1,278 @@
+//! The launcher role of the local agent (what virt-handler and virt-launcher do in KubeVirt):
+//! for each VMI interface, plan the wiring in the pod netns and apply it, serve its guest lease
+//! over DHCP, then boot the guest on the taps, and report domain and guest-agent status.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use weft_launcher::exec::{self, NetnsBackend};
+use weft_launcher::{
+    Binding, GuestLease, NatOptions, TapOwner, TapSettings, VmNetworkCidrs, WiringPlan, WiringRequest,
+};
+use weft_store::Api;
+use weft_vm::VirtualMachineInstance;
+
+use crate::agent::Agent;
+use crate::kinds::Pod;
+use crate::local::sandbox::Sandbox;
+
+/// What the launcher role keeps for a running VMI.
+pub struct LauncherState {
+    /// VMI name (in the pod's namespace).
+    pub vmi: String,
+    /// Pod netns path.
+    pub netns_path: String,
+    /// Applied plans, in interface order.
+    pub plans: Vec<WiringPlan>,
+    /// DHCP servers (stopped on drop).
+    pub dhcp: Vec<weft_dhcp::ServerHandle>,
+    /// The guest, when one runs.
+    pub guest: Option<weft_guest::RunningGuest>,
+    /// Domain interfaces (network name, MAC, tap).
+    pub domain: Vec<DomainNic>,
+    /// Pod IPs per network (the pod interface cache).
+    pub pod_ips: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+/// One guest NIC as the domain has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DomainNic {
+    /// Network (and interface) name.
+    pub name: String,
+    /// Guest MAC.
+    pub mac: String,
+    /// TAP device.
+    pub tap: String,
+    /// MTU.
+    pub mtu: u32,
+}
+
+/// The DHCP server config of a guest lease (IPv4 part), with the pod's DNS and the guest's hostname.
+pub fn dhcp_config(
+    lease: &GuestLease,
+    hostname: &str,
+    dns: &[Ipv4Addr],
+    search: &[String],
+) -> Option<weft_dhcp::ServerConfig> {
+    let v4 = lease.ipv4.as_ref()?;
+    let mut config = weft_dhcp::ServerConfig::new(v4.address, v4.server_ip);
+    config.router = v4.router;
+    config.routes = v4
+        .routes
+        .iter()
+        .map(|r| weft_dhcp::ClasslessRoute {
+            destination: Some(r.destination).filter(|d| d.prefix_len() > 0),
+            gateway: r.gateway,
+        })
+        .collect();
+    config.mtu = lease.mtu;
+    config.hostname = hostname.to_string();
+    config.client_mac = lease.client_mac.map(|m| m.0);
+    config.dns_servers = dns.to_vec();
+    config.search_domains = search.to_vec();
+    Some(config)
+}
+
+/// Wire every NIC of `vmi` in the sandbox, start DHCP, boot the guest.
+pub async fn start(
+    agent: &Arc<Agent>,
+    pod: &Pod,
+    vmi: &VirtualMachineInstance,
+    sandbox: &Sandbox,
+) -> anyhow::Result<LauncherState> {
+    let statuses = weft_vm::network_statuses(&pod.metadata.annotations);
+    let names = weft_vm::pod_interface_names(&vmi.spec.networks, &statuses);
+    let mut state = LauncherState {
+        vmi: vmi.metadata.name.clone(),
+        netns_path: sandbox.netns_path(),
+        plans: Vec::new(),
+        dhcp: Vec::new(),
+        guest: None,
+        domain: Vec::new(),
+        pod_ips: Default::default(),
+    };
+    let netns = weft_host::Netns::open(sandbox.netns_path())?;
+    let mut backend = weft_launcher::exec::CommandBackend::new(sandbox.netns_path());
+    let interfaces: Vec<_> = vmi
+        .spec
+        .interfaces()
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| !i.is_absent())
+        .collect();
+    for (index, interface) in interfaces {
+        let network = vmi
+            .spec
+            .networks
+            .iter()
+            .find(|n| n.name == interface.name)
+            .context("interface without network")?;
+        let binding = match interface.binding_kind() {
+            weft_vm::api::BindingKind::Masquerade => Binding::Masquerade(NatOptions::default()),
+            weft_vm::api::BindingKind::Bridge => Binding::Bridge,
+            other => anyhow::bail!(
+                "interface {}: binding {other:?} is not supported by the local launcher",
+                interface.name
+            ),
+        };
+        let pod_iface = names
+            .get(&interface.name)
+            .cloned()
+            .with_context(|| format!("no pod interface for network {}", interface.name))?;
+        let pod_link = backend
+            .discover(&pod_iface)
+            .map_err(|e| anyhow::anyhow!("discover {pod_iface}: {e}"))?
+            .with_context(|| format!("pod link ({pod_iface}) is missing"))?;
+        let guest_mac = Some(interface.mac_address.as_str())
+            .filter(|m| !m.is_empty())
+            .map(str::parse)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("interface {}: macAddress: {e:?}", interface.name))?;
+        let request = WiringRequest {
+            binding,
+            pod_iface: pod_iface.clone(),
+            primary: network.is_primary(),
+            interface_index: index,
+            pod_link,
+            guest_mac,
+            vm_cidrs: VmNetworkCidrs::default(),
+            tap: TapSettings {
+                owner: TapOwner { uid: 0, gid: 0 },
+                queues: 1,
+            },
+        };
+        let plan = weft_launcher::plan_wiring(&request)
+            .map_err(|e| anyhow::anyhow!("plan {}: {e}", interface.name))?;
+        if let Err(e) = exec::apply(&mut backend, &plan) {
+            stop(agent, state).await;
+            anyhow::bail!("{e}");
+        }
+        let dns: Vec<Ipv4Addr> = statuses
+            .iter()
+            .find(|s| s.default)
+            .map(|s| s.dns.nameservers.iter().filter_map(|n| n.parse().ok()).collect())
+            .unwrap_or_default();
+        let search = statuses
+            .iter()
+            .find(|s| s.default)
+            .map(|s| s.dns.search.clone())
+            .unwrap_or_default();
+        if let Some(lease) = &plan.lease
+            && let Some(config) = dhcp_config(lease, &vmi.metadata.name, &dns, &search)
+        {
+            let bridge = lease.server_interface.clone();
+            let socket = netns.run_in(move || weft_dhcp::bind_server_socket(&bridge))??;
+            state.dhcp.push(
+                weft_dhcp::spawn(socket, config)
+                    .map_err(|e| anyhow::anyhow!("DHCP on {}: {e}", lease.server_interface))?,
+            );
+        }
+        state.pod_ips.insert(
+            interface.name.clone(),
+            plan.pod_ips.iter().map(ToString::to_string).collect(),
+        );
+        state.domain.push(DomainNic {
+            name: interface.name.clone(),
+            mac: plan.guest_mac.to_string(),
+            tap: plan.names.tap.clone(),
+            mtu: plan.mtu,
+        });
+        state.plans.push(plan);
+    }
+    if std::env::var("WEFT_NO_GUESTS").map(|v| v != "1").unwrap_or(true) {
+        let dir = crate::local::kubelet::pod_dir(agent, vmi.namespace(), &pod.metadata.name);
+        match crate::local::guest::boot(agent, vmi, &state.domain, &netns, &dir) {
+            Ok(guest) => state.guest = Some(guest),
+            Err(e) => {
+                stop(agent, state).await;
+                return Err(e);
+            }
+        }
+    }
+    report(agent, vmi.namespace(), &mut state).await?;
+    Ok(state)
+}
+
+/// Update the VMI's status.interfaces from the domain and the guest agent's reports.
+pub async fn report(agent: &Arc<Agent>, namespace: &str, state: &mut LauncherState) -> anyhow::Result<()> {
+    let guest_report = state.guest.as_ref().and_then(|g| g.report().ok());
+    let report = domain_report(state, guest_report.as_ref());
+    Api::<VirtualMachineInstance>::namespaced(agent.store.clone(), namespace)
+        .modify_status(&state.vmi, |vmi| {
+            let next = weft_vm::handler_status_interfaces(&vmi.spec, vmi.status_interfaces(), &report);
+            let status = vmi.status.get_or_insert_with(Default::default);
+            if status.interfaces == next {
+                return false;
+            }
+            status.interfaces = next;
+            true
+        })
+        .await?;
+    Ok(())
+}
+
+/// What the node knows of the domain: its NICs, the guest agent's interfaces, the pod IPs.
+pub fn domain_report(
+    state: &LauncherState,
+    guest: Option<&weft_guest::GuestReport>,
+) -> weft_vm::DomainReport {
+    weft_vm::DomainReport {
+        interfaces: state
+            .domain
+            .iter()
+            .map(|nic| weft_vm::status::DomainInterface {
+                alias: format!("ua-{}", nic.name),
+                mac: nic.mac.clone(),
+                ..Default::default()
+            })
+            .collect(),
+        guest_agent_interfaces: guest
+            .map(|g| {
+                g.agent_interfaces
+                    .iter()
+                    .map(|i| {
+                        let ips: Vec<String> = i.addresses.iter().map(|a| a.addr().to_string()).collect();
+                        weft_vm::status::GuestAgentInterface {
+                            mac: i.mac.clone(),
+                            ip: ips.first().cloned().unwrap_or_default(),
+                            ips,
+                            interface_name: i.name.clone(),
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        pod_interface_cache: state
+            .pod_ips
+            .iter()
+            .map(|(name, ips)| {
+                (
+                    name.clone(),
+                    weft_vm::status::PodInterfaceCache {
+                        pod_ip: ips.first().cloned().unwrap_or_default(),
+                        pod_ips: ips.clone(),
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// Stop the guest and the DHCP servers, and undo the wiring.
+pub async fn stop(_agent: &Arc<Agent>, state: LauncherState) {
+    if let Some(guest) = state.guest {
+        let _ = guest.stop();
+    }
+    for server in state.dhcp {
+        let _ = server.stop();
+    }
+    let mut backend = weft_launcher::exec::CommandBackend::new(state.netns_path.clone());
+    for plan in state.plans.iter().rev() {
+        if let Err(e) = exec::teardown(&mut backend, plan) {
+            tracing::warn!("teardown {}: {e}", plan.pod_iface);
+        }
+    }
+}

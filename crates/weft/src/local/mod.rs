@@ -1,0 +1,321 @@
+//! The local cluster (the embedded default): nodes and pods as network namespaces on this
+//! machine, an agent per node, the controller, the embedded store, guests as QEMU VMs.
+
+mod domain;
+mod guest;
+pub mod kubelet;
+mod launcher;
+mod network;
+pub mod processes;
+mod sandbox;
+pub mod topology;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use weft_store::Api;
+
+pub use topology::Topology;
+
+use crate::cluster;
+
+/// `weft up` options.
+#[derive(Clone, Debug, Args)]
+pub struct UpArgs {
+    /// Number of nodes.
+    #[arg(long, default_value_t = 1)]
+    pub nodes: usize,
+    /// Manifests to apply once the cluster is up (files or directories; default: the examples).
+    #[arg(short = 'f', long = "filename")]
+    pub files: Vec<PathBuf>,
+    /// Do not boot guests (wire everything, but no QEMU).
+    #[arg(long)]
+    pub no_guests: bool,
+    /// How long to wait for the VMs to report leases on every NIC.
+    #[arg(long, default_value_t = 180)]
+    pub timeout: u64,
+    /// Return as soon as the cluster is up (don't wait for VMs).
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+fn examples_dir() -> PathBuf {
+    let here = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf));
+    let candidates = [
+        PathBuf::from("examples"),
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples"),
+        here.map(|h| h.join("../../examples")).unwrap_or_default(),
+    ];
+    candidates
+        .into_iter()
+        .find(|p| p.join("vm.yaml").exists())
+        .unwrap_or_else(|| PathBuf::from("examples"))
+}
+
+fn read_manifests(paths: &[PathBuf]) -> anyhow::Result<Vec<weft_store::Object>> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let mut entries: Vec<_> = std::fs::read_dir(path)
+                .with_context(|| format!("read {}", path.display()))?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.extension()
+                        .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+                })
+                .collect();
+            entries.sort();
+            files.extend(entries);
+        } else {
+            files.push(path.clone());
+        }
+    }
+    let mut objects = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).with_context(|| format!("read {}", file.display()))?;
+        objects.extend(crate::cli::parse_manifests(&text, &file.display().to_string())?);
+    }
+    // NADs first so that VMs referencing them resolve.
+    objects.sort_by_key(|o| match o.kind.as_str() {
+        "NetworkAttachmentDefinition" => 0,
+        "VirtualMachine" | "VirtualMachineInstance" => 2,
+        _ => 1,
+    });
+    Ok(objects)
+}
+
+/// `weft up`.
+pub async fn up(state: &Path, args: UpArgs) -> anyhow::Result<i32> {
+    let files = if args.files.is_empty() {
+        vec![examples_dir()]
+    } else {
+        args.files.clone()
+    };
+    let objects = read_manifests(&files)?;
+    crate::controller::validate_manifests(&objects)?;
+    preflight(&args)?;
+    if Topology::file(state).exists() {
+        anyhow::bail!(
+            "a local cluster already runs from {} (run `weft down` first)",
+            state.display()
+        );
+    }
+    let state = &std::fs::canonicalize({
+        std::fs::create_dir_all(state)?;
+        state
+    })?;
+    let topology = Topology::new(state, args.nodes);
+    std::fs::write(Topology::file(state), serde_json::to_vec_pretty(&topology)?)?;
+    match bring_up(&topology, &args, objects).await {
+        Ok(()) => {}
+        Err(e) => {
+            eprintln!("weft up failed, removing what was created: {e:#}");
+            let _ = down(state).await;
+            return Err(e);
+        }
+    }
+    if args.no_wait {
+        return Ok(0);
+    }
+    wait_for_guests(&topology, &args).await
+}
+
+fn preflight(args: &UpArgs) -> anyhow::Result<()> {
+    if !nix::unistd::Uid::effective().is_root() {
+        anyhow::bail!("weft up needs root (it creates network namespaces)");
+    }
+    for plugin in ["bridge", "host-local", "portmap"] {
+        if !Path::new("/usr/lib/cni").join(plugin).exists() {
+            anyhow::bail!(
+                "reference CNI plugin /usr/lib/cni/{plugin} is missing (install containernetworking-plugins)"
+            );
+        }
+    }
+    for tool in ["nft", "busybox"] {
+        if which(tool).is_none() {
+            anyhow::bail!("{tool} is missing (run scripts/install-deps.sh)");
+        }
+    }
+    if !args.no_guests {
+        if which("qemu-system-x86_64").is_none() {
+            anyhow::bail!(
+                "qemu-system-x86_64 is missing: VirtualMachine guests need QEMU (install qemu-system-x86, or pass --no-guests)"
+            );
+        }
+        weft_guest::locate_kernel(&weft_guest::kernel::kernel_dir())
+            .context("guest kernel (run scripts/install-deps.sh)")?;
+    }
+    Ok(())
+}
+
+/// A program on PATH.
+pub fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(program))
+        .find(|p| p.exists())
+}
+
+async fn bring_up(
+    topology: &Topology,
+    args: &UpArgs,
+    objects: Vec<weft_store::Object>,
+) -> anyhow::Result<()> {
+    let state = &topology.state_dir;
+    let exe = std::env::current_exe().context("locate the weft binary")?;
+    let bin = topology.bin_dir();
+    std::fs::create_dir_all(&bin)?;
+    for name in ["weft-cni", "weft-ipam"] {
+        let link = bin.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&exe, &link).with_context(|| format!("link {}", link.display()))?;
+    }
+    let store = cluster::open_store(state)?;
+    network::create(topology).await?;
+    for node in &topology.nodes {
+        std::fs::create_dir_all(node.conf_dir())?;
+        std::fs::write(
+            node.conf_dir().join("10-cluster.conflist"),
+            serde_json::to_vec_pretty(&topology.cluster_network_conflist(node))?,
+        )?;
+        std::fs::write(
+            node.conf_dir().join("00-weft.conflist"),
+            serde_json::to_vec_pretty(&topology.meta_conflist(node))?,
+        )?;
+        let nodes = Api::<crate::kinds::Node>::all(store.clone());
+        let mut object = crate::kinds::Node::default();
+        object.metadata.name = node.name.clone();
+        object
+            .metadata
+            .annotations
+            .insert("weft.dev/netns".into(), node.netns.clone());
+        object.status = serde_json::json!({"addresses": [{"type": "InternalIP", "address": node.underlay_ip.to_string()}]});
+        nodes.create(&object).await?;
+        let mut command = Command::new(&exe);
+        command
+            .env("WEFT_STATE_DIR", state)
+            .env("WEFT_NO_GUESTS", if args.no_guests { "1" } else { "" })
+            .args(["agent", "--local", "--node", &node.name])
+            .arg("--socket")
+            .arg(node.socket())
+            .arg("--conf-dir")
+            .arg(node.conf_dir())
+            .arg("--cache-dir")
+            .arg(node.cache_dir())
+            .arg("--cni-bin-dir")
+            .arg(&bin)
+            .arg("--cni-bin-dir")
+            .arg("/usr/lib/cni")
+            .arg("--state-dir")
+            .arg(state);
+        let netns = weft_host::Netns::open_named(&node.netns)?;
+        processes::spawn_daemon(
+            state,
+            &format!("agent-{}", node.name),
+            Some(&netns),
+            command,
+            &node.dir.join("agent.log"),
+        )?;
+    }
+    let mut controller = Command::new(&exe);
+    controller.arg("controller").arg("--state-dir").arg(state);
+    processes::spawn_daemon(
+        state,
+        "controller",
+        None,
+        controller,
+        &state.join("controller.log"),
+    )?;
+    for node in &topology.nodes {
+        wait_for_socket(&node.socket(), Duration::from_secs(10)).await?;
+    }
+    for line in crate::cli::apply_objects(store.as_ref(), objects).await? {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+async fn wait_for_socket(socket: &Path, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if tokio::net::UnixStream::connect(socket).await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    anyhow::bail!("agent did not open {} within {timeout:?}", socket.display())
+}
+
+async fn wait_for_guests(topology: &Topology, args: &UpArgs) -> anyhow::Result<i32> {
+    let store = cluster::open_store(&topology.state_dir)?;
+    let vmis = Api::<weft_vm::VirtualMachineInstance>::all(store.clone());
+    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    println!("waiting for the VMs to run and lease an address on every NIC...");
+    loop {
+        let list = vmis.list(&Default::default()).await?;
+        let ready = !list.is_empty()
+            && list
+                .iter()
+                .all(|vmi| crate::controller::all_nics_leased(vmi, args.no_guests));
+        if ready {
+            break;
+        }
+        if Instant::now() > deadline {
+            eprintln!("timed out after {}s; current state:", args.timeout);
+            print_status(&store).await?;
+            return Ok(1);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    print_status(&store).await?;
+    Ok(0)
+}
+
+async fn print_status(store: &std::sync::Arc<dyn weft_store::Store>) -> anyhow::Result<()> {
+    let ty = <weft_vm::VirtualMachineInstance as weft_store::Resource>::resource_type();
+    let list = store.list(&ty, None, &Default::default()).await?;
+    println!(
+        "\n$ weft get vmi\n{}",
+        crate::cli::table("VirtualMachineInstance", &list.items, false)
+    );
+    for vmi in &list.items {
+        let status = serde_json::json!({"status": {"interfaces": vmi.path("status.interfaces")}});
+        println!(
+            "$ weft get vmi {} -o yaml   # status.interfaces\n{}",
+            vmi.metadata.name,
+            serde_saphyr::to_string(&status)?
+        );
+    }
+    Ok(())
+}
+
+/// `weft down`: stop every process, delete every namespace, remove the state directory.
+pub async fn down(state: &Path) -> anyhow::Result<i32> {
+    let stopped = processes::stop_all(state, Duration::from_secs(5));
+    let mut errors = Vec::new();
+    for name in weft_host::Netns::list_named().unwrap_or_default() {
+        if name.starts_with(topology::PREFIX) {
+            if let Err(e) = weft_host::Netns::delete_named(&name) {
+                errors.push(format!("delete netns {name}: {e}"));
+            }
+        }
+    }
+    if state.join("cluster.json").exists() || state.join(cluster::STORE_FILE).exists() {
+        if let Err(e) = std::fs::remove_dir_all(state) {
+            errors.push(format!("remove {}: {e}", state.display()));
+        }
+    }
+    println!("stopped {} processes; local cluster removed", stopped.len());
+    if errors.is_empty() {
+        Ok(0)
+    } else {
+        anyhow::bail!(errors.join("; "))
+    }
+}

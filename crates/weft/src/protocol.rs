@@ -1,0 +1,67 @@
+//! The shim ↔ agent protocol (thick mode), the same shape as Multus' thick plugin:
+//! `POST /cni` over the agent's Unix socket with the CNI environment and the config (base64);
+//! `200 {"Result": …}` on success (ADD carries the result), `400` with a CNI error otherwise.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use weft_cni::{CniError, codes};
+
+/// Path of the CNI endpoint.
+pub const CNI_PATH: &str = "/cni";
+/// Path of the single-attachment (hot-plug) endpoint.
+pub const DELEGATE_PATH: &str = "/delegate";
+/// Default socket of the node agent.
+pub const DEFAULT_SOCKET: &str = "/run/weft/weft.sock";
+/// Name of the socket file inside a socket directory.
+pub const SOCKET_FILE: &str = "weft.sock";
+
+/// A CNI request forwarded by the shim.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CniRequest {
+    /// The CNI_* environment of the shim.
+    pub env: BTreeMap<String, String>,
+    /// The network configuration the runtime passed on stdin, base64.
+    pub config: String,
+    /// Hot-plug only: the attachment's requested ips, mac and cni-args.
+    #[serde(
+        rename = "interfaceAttributes",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub interface_attributes: Option<Value>,
+}
+
+impl CniRequest {
+    /// A request from an environment and raw stdin bytes.
+    pub fn new(env: BTreeMap<String, String>, stdin: &[u8]) -> Self {
+        Self {
+            env,
+            config: base64::engine::general_purpose::STANDARD.encode(stdin),
+            interface_attributes: None,
+        }
+    }
+    /// The config bytes.
+    pub fn config_bytes(&self) -> Result<Vec<u8>, CniError> {
+        base64::engine::general_purpose::STANDARD
+            .decode(&self.config)
+            .map_err(|e| {
+                CniError::new(codes::DECODING_FAILURE, "request config is not valid base64")
+                    .with_details(e.to_string())
+            })
+    }
+    /// An environment variable, or `""`.
+    pub fn var(&self, key: &str) -> &str {
+        self.env.get(key).map(String::as_str).unwrap_or("")
+    }
+}
+
+/// The success body.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CniResponse {
+    /// The ADD result (spec 1.x form), absent for other verbs.
+    #[serde(rename = "Result", default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+}
