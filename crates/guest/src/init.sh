@@ -50,7 +50,16 @@ for p in $(arg httpd); do
   if httpd -p "$p" -h /www; then echo "WEFT-CHECK httpd $p ok"; else echo "WEFT-CHECK httpd $p fail"; fi
 done
 
+# NICs plugged in later (hot-plug) get DHCP too
+leased=" $NICS "
 while true; do
+  for i in $(ls /sys/class/net | grep '^eth'); do
+    case "$leased" in *" $i "*) continue ;; esac
+    leased="$leased$i "
+    ip link set "$i" up
+    udhcpc -f -q -n -t 10 -T 1 -A 1 -i "$i" -s /bin/udhcpc.script \
+      -O mtu -O staticroutes -O search -O hostname -O domain >/dev/null 2>&1 &
+  done
   for i in $(ls /sys/class/net | grep -v '^lo$' | sort); do
     echo "WEFT-GA $i $(cat /sys/class/net/$i/address) $(ip -o addr show dev "$i" | awk '{print $4}' | tr '\n' ' ')"
   done

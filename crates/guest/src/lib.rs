@@ -2,16 +2,18 @@
 //! and the parser of the reports the guest prints on its serial console.
 //!
 //! Layout: [`kernel`] finds a cached kernel (fetched by `fetch-kernel.sh`), [`initramfs`] builds
-//! the guest's root file system around [`init`]'s scripts, [`qemu`] turns a [`qemu::GuestSpec`]
+//! the guest's root file system around [`init`]'s scripts, [`image`] does both in one call, [`qemu`] turns a [`qemu::GuestSpec`]
 //! into a QEMU command line and runs it inside a network namespace, and [`report`] reads what
 //! the guest printed back into typed reports.
 
+pub mod image;
 pub mod init;
 pub mod initramfs;
 pub mod kernel;
 pub mod qemu;
 pub mod report;
 
+pub use image::{BootFiles, PrepareError, prepare_boot_files};
 pub use initramfs::{InitramfsError, build_initramfs, write_initramfs};
 pub use kernel::{GuestKernel, KernelError, locate_kernel};
 pub use qemu::{GuestNic, GuestSpec, QemuError, RunningGuest};

@@ -408,6 +408,12 @@ impl RunningGuest {
         }
     }
 
+    /// Leaves QEMU running after this handle is gone (e.g. the local cluster outliving the
+    /// command that started it); returns its pid. Stop it later with [`stop_by_pidfile`].
+    pub fn detach(mut self) -> Option<u32> {
+        self.child.take().map(|child| child.id())
+    }
+
     /// Kills QEMU (SIGKILL: the guest keeps no state worth a clean shutdown) and reaps it.
     pub fn stop(mut self) -> std::io::Result<()> {
         self.kill()
@@ -424,6 +430,51 @@ impl RunningGuest {
         let _ = std::fs::remove_file(self.spec.pidfile());
         Ok(())
     }
+}
+
+/// Kills the QEMU of `spec` found through its pidfile, if it is still running and really is
+/// that guest's QEMU (its command line names the guest's serial log); returns whether it killed
+/// one. Removes the pidfile either way.
+pub fn stop_by_pidfile(spec: &GuestSpec) -> std::io::Result<bool> {
+    let pidfile = spec.pidfile();
+    let pid = match std::fs::read_to_string(&pidfile) {
+        Ok(text) => text.trim().parse::<i32>().ok(),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(error) => return Err(error),
+    };
+    let marker = format!("file:{}", spec.serial_log().display());
+    let ours = pid.filter(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|cmdline| cmdline.split(|b| *b == 0).any(|arg| arg == marker.as_bytes()))
+            .unwrap_or(false)
+    });
+    let killed = match ours {
+        Some(pid) => {
+            // SAFETY: kill(2) on a pid we just verified to be this guest's QEMU.
+            if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while is_alive(pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            true
+        }
+        None => false,
+    };
+    let _ = std::fs::remove_file(&pidfile);
+    Ok(killed)
+}
+
+/// Whether `pid` still runs (a zombie waiting for its parent does not).
+fn is_alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat.rsplit_once(')')?.1.split_whitespace().next()?.to_string();
+            Some(state != "Z" && state != "X")
+        })
+        .unwrap_or(false)
 }
 
 impl Drop for RunningGuest {
@@ -466,6 +517,34 @@ mod tests {
              -device virtio-net-pci,netdev=net1,mac=52:54:00:00:00:02,romfile="
         );
         assert!(spec().validate().is_ok());
+    }
+
+    #[test]
+    fn stop_by_pidfile_kills_only_the_guests_own_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = GuestSpec::new("vm9", Path::new("/k"), Path::new("/i"), dir.path());
+        assert!(!stop_by_pidfile(&spec).unwrap(), "no pidfile, nothing to stop");
+        let marker = format!("file:{}", spec.serial_log().display());
+        let mut stranger = Command::new("sh")
+            .args(["-c", "sleep 30", "other"])
+            .spawn()
+            .unwrap();
+        std::fs::write(spec.pidfile(), stranger.id().to_string()).unwrap();
+        assert!(
+            !stop_by_pidfile(&spec).unwrap(),
+            "a process that is not this guest survives"
+        );
+        assert!(is_alive(stranger.id() as i32));
+        stranger.kill().unwrap();
+        stranger.wait().unwrap();
+        let mut guest = Command::new("sh")
+            .args(["-c", "sleep 30", &marker])
+            .spawn()
+            .unwrap();
+        std::fs::write(spec.pidfile(), guest.id().to_string()).unwrap();
+        assert!(stop_by_pidfile(&spec).unwrap());
+        assert!(!guest.wait().unwrap().success());
+        assert!(!spec.pidfile().exists());
     }
 
     #[test]

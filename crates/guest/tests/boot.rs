@@ -12,7 +12,7 @@ use common::{Netns, can_run_root_test};
 use weft_dhcp::{ClasslessRoute, ServerConfig, bind_server_socket, spawn};
 use weft_guest::initramfs::DEFAULT_BUSYBOX;
 use weft_guest::kernel::kernel_dir;
-use weft_guest::{GuestNic, GuestSpec, RunningGuest, locate_kernel, write_initramfs};
+use weft_guest::{GuestNic, GuestSpec, PrepareError, RunningGuest, prepare_boot_files};
 
 const MAC0: &str = "52:54:00:77:00:01";
 const MAC1: &str = "52:54:00:77:00:02";
@@ -49,12 +49,14 @@ fn guest_leases_both_nics_from_weft_dhcp_and_pings_the_bridges() {
         eprintln!("skipping {name}: {} not installed", weft_guest::qemu::QEMU_BINARY);
         return;
     }
-    let kernel = match locate_kernel(&kernel_dir()) {
-        Ok(kernel) => kernel,
-        Err(error) => {
+    let dir = tempfile::tempdir().unwrap();
+    let boot = match prepare_boot_files(&kernel_dir(), DEFAULT_BUSYBOX.as_ref(), dir.path()) {
+        Ok(boot) => boot,
+        Err(PrepareError::Kernel(error)) => {
             eprintln!("skipping {name}: {error}");
             return;
         }
+        Err(error) => panic!("{error}"),
     };
     // Dropped last: the guest and the DHCP servers go first.
     let launcher = Netns::new("gl");
@@ -84,7 +86,6 @@ fn guest_leases_both_nics_from_weft_dhcp_and_pings_the_bridges() {
     let _server0 = spawn(sockets.0.unwrap(), pod_network).unwrap();
     let _server1 = spawn(sockets.1.unwrap(), secondary).unwrap();
 
-    let dir = tempfile::tempdir().unwrap();
     let www = dir.path().join("www");
     std::fs::create_dir(&www).unwrap();
     std::fs::write(www.join("index.html"), "hello-from-launcher\n").unwrap();
@@ -105,9 +106,7 @@ fn guest_leases_both_nics_from_weft_dhcp_and_pings_the_bridges() {
             .spawn()
             .unwrap(),
     );
-    let initrd = dir.path().join("initramfs.gz");
-    write_initramfs(&kernel, DEFAULT_BUSYBOX.as_ref(), &initrd).unwrap();
-    let mut spec = GuestSpec::new("vm1", &kernel.vmlinux, &initrd, dir.path());
+    let mut spec = GuestSpec::new("vm1", &boot.kernel.vmlinux, &boot.initrd, dir.path());
     spec.cmdline_extras = vec![
         "weft.ping=10.0.2.1,10.0.3.1".into(),
         "weft.wget=http://10.0.2.1:8080/index.html".into(),
