@@ -9,6 +9,8 @@ mod api;
 #[cfg(feature = "testing")]
 pub mod conformance;
 mod error;
+#[cfg(feature = "kube")]
+mod kubernetes;
 mod memory;
 mod object;
 mod select;
@@ -19,6 +21,8 @@ mod store;
 
 pub use api::{Api, TypedEvent};
 pub use error::StoreError;
+#[cfg(feature = "kube")]
+pub use kubernetes::KubeStore;
 pub use memory::MemoryStore;
 pub use object::{Object, ObjectMeta, OwnerReference, Resource, ResourceType, new_uid, now_rfc3339};
 pub use select::ListOptions;

@@ -1,0 +1,301 @@
+//! The Kubernetes backend: the [`Store`] trait over a kube-rs [`Client`], with
+//! [`DynamicObject`]s typed at run time by the [`ResourceType`].
+//!
+//! The API server does the semantics (resourceVersion compare-and-swap, the status subresource,
+//! finalizers); this module translates calls, objects and errors. Differences from the embedded
+//! stores: `update_status` goes through `/status`, where custom resources ignore metadata
+//! changes; a delete that the API server answers with a `Status` returns the object's identity
+//! only (name, namespace, uid), not its last state.
+
+mod convert;
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams, Preconditions, WatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::WatchEvent as KubeEvent;
+use kube::{Client, Config};
+
+use crate::semantics::check_identity;
+use crate::{ListOptions, Object, ObjectList, ResourceType, Store, StoreError, WatchEvent, WatchStream};
+use convert::{Call, api_resource, from_dynamic, list_params, store_error, to_dynamic, watch_params};
+
+/// The [`Store`] backed by a Kubernetes API server.
+#[derive(Clone)]
+pub struct KubeStore {
+    client: Client,
+}
+
+impl KubeStore {
+    /// Use an existing client (tests pass one built on a mock service).
+    pub fn from_client(client: Client) -> Self {
+        Self { client }
+    }
+
+    /// Connect as the kubeconfig at `path` says (its current context).
+    pub async fn from_kubeconfig(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref();
+        let unavailable = |e: &dyn std::fmt::Display| {
+            StoreError::Unavailable(format!("kubeconfig {}: {e}", path.display()))
+        };
+        let kubeconfig = Kubeconfig::read_from(path).map_err(|e| unavailable(&e))?;
+        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let client = Client::try_from(config).map_err(|e| unavailable(&e))?;
+        Ok(Self::from_client(client))
+    }
+
+    /// Connect from the environment: the in-cluster service account when running in a pod,
+    /// else `$KUBECONFIG` or `~/.kube/config`.
+    pub async fn try_default() -> Result<Self, StoreError> {
+        Client::try_default()
+            .await
+            .map(Self::from_client)
+            .map_err(|e| StoreError::Unavailable(format!("Kubernetes client configuration: {e}")))
+    }
+
+    /// The underlying client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The API handle for `ty` in `namespace` (all namespaces or cluster scope for `None`).
+    fn api(&self, ty: &ResourceType, namespace: Option<&str>) -> Api<DynamicObject> {
+        let resource = api_resource(ty);
+        match namespace {
+            Some(ns) if ty.namespaced => Api::namespaced_with(self.client.clone(), ns, &resource),
+            _ => Api::all_with(self.client.clone(), &resource),
+        }
+    }
+
+    /// The API handle for one named object; namespaced kinds need a namespace.
+    fn object_api(
+        &self,
+        ty: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Api<DynamicObject>, StoreError> {
+        if ty.namespaced && namespace.is_none() {
+            return Err(StoreError::Invalid(format!(
+                "{} {name}: a namespace is required",
+                ty.kind
+            )));
+        }
+        Ok(self.api(ty, namespace))
+    }
+
+    async fn replace(&self, ty: &ResourceType, obj: Object, status: bool) -> Result<Object, StoreError> {
+        check_identity(ty, &obj)?;
+        let key = obj.key();
+        let expected = obj.metadata.resource_version.clone();
+        let api = self.api(ty, obj.metadata.namespace.as_deref());
+        let body = to_dynamic(&obj)?;
+        let name = &obj.metadata.name;
+        let result = if status {
+            api.replace_status(name, &PostParams::default(), &body).await
+        } else {
+            api.replace(name, &PostParams::default(), &body).await
+        };
+        let stored = result.map_err(|e| store_error(ty, &key, Call::Write, expected.as_deref(), e))?;
+        from_dynamic(ty, stored)
+    }
+}
+
+#[async_trait]
+impl Store for KubeStore {
+    async fn get(
+        &self,
+        ty: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Object>, StoreError> {
+        let api = self.object_api(ty, namespace, name)?;
+        let found = api
+            .get_opt(name)
+            .await
+            .map_err(|e| store_error(ty, &ty.key(namespace, name), Call::Read, None, e))?;
+        found.map(|o| from_dynamic(ty, o)).transpose()
+    }
+
+    async fn list(
+        &self,
+        ty: &ResourceType,
+        namespace: Option<&str>,
+        opts: &ListOptions,
+    ) -> Result<ObjectList, StoreError> {
+        let list = self
+            .api(ty, namespace)
+            .list(&list_params(opts))
+            .await
+            .map_err(|e| store_error(ty, namespace.unwrap_or("(all)"), Call::Read, None, e))?;
+        let mut items = list
+            .items
+            .into_iter()
+            .map(|o| from_dynamic(ty, o))
+            .collect::<Result<Vec<_>, _>>()?;
+        items.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
+        Ok(ObjectList {
+            items,
+            resource_version: list.metadata.resource_version.unwrap_or_default(),
+        })
+    }
+
+    async fn create(&self, ty: &ResourceType, mut obj: Object) -> Result<Object, StoreError> {
+        check_identity(ty, &obj)?;
+        // The API server rejects creates that carry a resourceVersion.
+        obj.metadata.resource_version = None;
+        let key = obj.key();
+        let created = self
+            .api(ty, obj.metadata.namespace.as_deref())
+            .create(&PostParams::default(), &to_dynamic(&obj)?)
+            .await
+            .map_err(|e| store_error(ty, &key, Call::Create, None, e))?;
+        from_dynamic(ty, created)
+    }
+
+    async fn update(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
+        self.replace(ty, obj, false).await
+    }
+
+    async fn update_status(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
+        self.replace(ty, obj, true).await
+    }
+
+    async fn delete(
+        &self,
+        ty: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        precondition: Option<&str>,
+    ) -> Result<Option<Object>, StoreError> {
+        let api = self.object_api(ty, namespace, name)?;
+        let params = DeleteParams {
+            preconditions: precondition.map(|rv| Preconditions {
+                resource_version: Some(rv.into()),
+                uid: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let key = ty.key(namespace, name);
+        match api.delete(name, &params).await {
+            Ok(outcome) => outcome
+                .either(
+                    |last| from_dynamic(ty, last),
+                    |status| {
+                        let mut gone = Object::new(ty, namespace.filter(|_| ty.namespaced), name);
+                        gone.metadata.uid = status.details.map(|d| d.uid).filter(|u| !u.is_empty());
+                        Ok(gone)
+                    },
+                )
+                .map(Some),
+            Err(e) => match store_error(ty, &key, Call::Write, precondition, e) {
+                StoreError::NotFound { .. } => Ok(None),
+                other => Err(other),
+            },
+        }
+    }
+
+    async fn watch(
+        &self,
+        ty: &ResourceType,
+        namespace: Option<&str>,
+        opts: &ListOptions,
+        resource_version: Option<&str>,
+    ) -> Result<WatchStream, StoreError> {
+        let (backlog, from) = match resource_version {
+            Some(rv) => (Vec::new(), rv.to_string()),
+            None => {
+                let list = self.list(ty, namespace, opts).await?;
+                let added = list.items.into_iter().map(WatchEvent::Added).collect();
+                (added, list.resource_version)
+            }
+        };
+        let state = Resume {
+            api: self.api(ty, namespace),
+            ty: ty.clone(),
+            params: watch_params(opts),
+            last: from,
+            events: None,
+            done: false,
+        };
+        let live = futures::stream::unfold(state, |mut state| async move {
+            let item = state.next().await?;
+            Some((item, state))
+        });
+        Ok(futures::stream::iter(backlog.into_iter().map(Ok))
+            .chain(live)
+            .boxed())
+    }
+}
+
+type KubeEvents = BoxStream<'static, Result<KubeEvent<DynamicObject>, kube::Error>>;
+
+/// A watch that re-issues itself from the last seen resourceVersion when the API server ends it
+/// (as it does every few minutes), and ends for good on an error.
+struct Resume {
+    api: Api<DynamicObject>,
+    ty: ResourceType,
+    params: WatchParams,
+    last: String,
+    events: Option<KubeEvents>,
+    done: bool,
+}
+
+impl Resume {
+    async fn next(&mut self) -> Option<Result<WatchEvent, StoreError>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            let events = match &mut self.events {
+                Some(events) => events,
+                None => match self.api.watch(&self.params, &self.last).await {
+                    Ok(events) => self.events.insert(events.boxed()),
+                    Err(e) => return self.fail(store_error(&self.ty, "watch", Call::Read, None, e)),
+                },
+            };
+            let event = match events.next().await {
+                None => {
+                    self.events = None;
+                    continue;
+                }
+                Some(Err(e)) => return self.fail(store_error(&self.ty, "watch", Call::Read, None, e)),
+                Some(Ok(event)) => event,
+            };
+            let (wrap, object): (fn(Object) -> WatchEvent, DynamicObject) = match event {
+                KubeEvent::Added(o) => (WatchEvent::Added, o),
+                KubeEvent::Modified(o) => (WatchEvent::Modified, o),
+                KubeEvent::Deleted(o) => (WatchEvent::Deleted, o),
+                KubeEvent::Bookmark(bookmark) => {
+                    self.last = bookmark.metadata.resource_version;
+                    continue;
+                }
+                KubeEvent::Error(status) => {
+                    let e = kube::Error::Api(status);
+                    return self.fail(store_error(&self.ty, "watch", Call::Read, None, e));
+                }
+            };
+            if let Some(rv) = &object.metadata.resource_version {
+                self.last.clone_from(rv);
+            }
+            return Some(match from_dynamic(&self.ty, object) {
+                Ok(object) => Ok(wrap(object)),
+                Err(e) => {
+                    self.done = true;
+                    Err(e)
+                }
+            });
+        }
+    }
+
+    fn fail(&mut self, e: StoreError) -> Option<Result<WatchEvent, StoreError>> {
+        self.done = true;
+        Some(Err(e))
+    }
+}

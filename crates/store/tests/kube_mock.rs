@@ -1,0 +1,429 @@
+//! The Kubernetes backend against a scripted API server at the HTTP layer: exact verbs, paths,
+//! bodies and request counts.
+
+use std::pin::pin;
+
+use futures::StreamExt;
+use http::{Method, Request, Response, StatusCode};
+use kube::Client;
+use kube::client::Body;
+use serde_json::{Value, json};
+use tower_test::mock;
+use weft_store::conformance::{describe, pod, pods};
+use weft_store::{KubeStore, ListOptions, Object, ResourceType, Store, StoreError};
+
+/// One expected request and the reply to it.
+struct Step {
+    method: Method,
+    /// Path without the query.
+    path: &'static str,
+    /// Query parameters that must be present, `key=value` as they appear (URL-encoded).
+    query: Vec<&'static str>,
+    status: u16,
+    reply: String,
+}
+
+fn step(method: Method, path: &'static str, status: u16, reply: Value) -> Step {
+    Step {
+        method,
+        path,
+        query: Vec::new(),
+        status,
+        reply: reply.to_string(),
+    }
+}
+
+/// A request as the server saw it.
+#[derive(Debug)]
+struct Seen {
+    method: Method,
+    uri: String,
+    body: Value,
+}
+
+/// A store on a mock API server that answers `script` in order; the join handle yields every
+/// request seen. Requests beyond the script fail the test.
+fn scripted(script: Vec<Step>) -> (KubeStore, tokio::task::JoinHandle<Vec<Seen>>) {
+    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let server = tokio::spawn(async move {
+        let mut handle = pin!(handle);
+        let mut seen = Vec::new();
+        for expected in script {
+            let (request, reply) = handle.next_request().await.expect("the client to call");
+            let uri = request.uri().clone();
+            let method = request.method().clone();
+            assert_eq!(
+                (&method, uri.path()),
+                (&expected.method, expected.path),
+                "request {uri}"
+            );
+            let query = uri.query().unwrap_or_default();
+            for wanted in &expected.query {
+                assert!(
+                    query.split('&').any(|q| q == *wanted),
+                    "{wanted} missing from {uri}"
+                );
+            }
+            let bytes = request.into_body().collect_bytes().await.unwrap();
+            let body = if bytes.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_slice(&bytes).unwrap()
+            };
+            seen.push(Seen {
+                method,
+                uri: uri.to_string(),
+                body,
+            });
+            let response = Response::builder()
+                .status(StatusCode::from_u16(expected.status).unwrap())
+                .body(Body::from(expected.reply.into_bytes()))
+                .unwrap();
+            reply.send_response(response);
+        }
+        seen
+    });
+    (KubeStore::from_client(Client::new(service, "default")), server)
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": message, "reason": reason, "code": code})
+}
+
+fn stored(namespace: &str, name: &str, rv: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": namespace, "resourceVersion": rv, "uid": format!("uid-{name}"),
+                        "labels": {"app": "x"}},
+           "spec": {"nodeName": "n1"}})
+}
+
+fn with_rv(mut obj: Object, rv: &str) -> Object {
+    obj.metadata.resource_version = Some(rv.into());
+    obj
+}
+
+#[tokio::test]
+async fn get_maps_404_to_none() {
+    let nodes = ResourceType::new("v1", "Node", "nodes", false);
+    let (store, server) = scripted(vec![
+        step(
+            Method::GET,
+            "/api/v1/namespaces/ns/pods/a",
+            200,
+            stored("ns", "a", "5"),
+        ),
+        step(
+            Method::GET,
+            "/api/v1/namespaces/ns/pods/b",
+            404,
+            status(404, "NotFound", "pods \"b\" not found"),
+        ),
+        step(
+            Method::GET,
+            "/api/v1/nodes/n1",
+            200,
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}),
+        ),
+    ]);
+    let a = store.get(&pods(), Some("ns"), "a").await.unwrap().unwrap();
+    assert_eq!(a.metadata.resource_version.as_deref(), Some("5"));
+    assert_eq!(a.data["spec"]["nodeName"], "n1");
+    assert!(store.get(&pods(), Some("ns"), "b").await.unwrap().is_none());
+    assert!(store.get(&nodes, None, "n1").await.unwrap().is_some());
+    let err = store.get(&pods(), None, "a").await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::Invalid(_)),
+        "a namespaced get needs a namespace: {err}"
+    );
+    assert_eq!(server.await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn list_sends_selectors_and_fills_in_kinds() {
+    let mut list = step(
+        Method::GET,
+        "/api/v1/pods",
+        200,
+        json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "42"},
+               "items": [{"metadata": {"name": "b", "namespace": "ns2"}}, {"metadata": {"name": "a", "namespace": "ns1"}}]}),
+    );
+    list.query = vec!["labelSelector=app%3Dweb", "fieldSelector=spec.nodeName%3Dn1"];
+    let (store, server) = scripted(vec![list]);
+    let opts = ListOptions::default()
+        .label("app", "web")
+        .field("spec.nodeName", "n1");
+    let result = store.list(&pods(), None, &opts).await.unwrap();
+    assert_eq!(result.resource_version, "42");
+    let keys: Vec<_> = result.items.iter().map(Object::key).collect();
+    assert_eq!(keys, ["ns1/a", "ns2/b"]);
+    assert!(
+        result
+            .items
+            .iter()
+            .all(|o| o.kind == "Pod" && o.api_version == "v1")
+    );
+    assert_eq!(server.await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn create_posts_once_and_409_is_already_exists() {
+    let nads = ResourceType::new(
+        "k8s.cni.cncf.io/v1",
+        "NetworkAttachmentDefinition",
+        "network-attachment-definitions",
+        true,
+    );
+    let path = "/apis/k8s.cni.cncf.io/v1/namespaces/ns/network-attachment-definitions";
+    let created = json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+                         "metadata": {"name": "net1", "namespace": "ns", "resourceVersion": "7", "uid": "u1"},
+                         "spec": {"config": "{}"}});
+    let (store, server) = scripted(vec![
+        step(Method::POST, path, 201, created),
+        step(
+            Method::POST,
+            path,
+            409,
+            status(409, "AlreadyExists", "already exists"),
+        ),
+        step(
+            Method::POST,
+            path,
+            422,
+            status(422, "Invalid", "spec.config: Invalid value"),
+        ),
+    ]);
+    let mut nad = Object::new(&nads, Some("ns"), "net1");
+    nad.data.insert("spec".into(), json!({"config": "{}"}));
+    let stale = with_rv(nad.clone(), "3");
+    let out = store.create(&nads, stale).await.unwrap();
+    assert_eq!(out.metadata.uid.as_deref(), Some("u1"));
+    assert!(
+        store
+            .create(&nads, nad.clone())
+            .await
+            .unwrap_err()
+            .is_already_exists()
+    );
+    let err = store.create(&nads, nad).await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Invalid(m) if m.contains("spec.config")),
+        "{err}"
+    );
+
+    let seen = server.await.unwrap();
+    assert_eq!(seen.len(), 3, "one API write per create");
+    assert!(seen.iter().all(|s| s.method == Method::POST));
+    assert_eq!(seen[0].body["metadata"]["name"], "net1");
+    assert_eq!(seen[0].body["kind"], "NetworkAttachmentDefinition");
+    assert!(
+        seen[0].body["metadata"].get("resourceVersion").is_none(),
+        "creates carry no resourceVersion"
+    );
+    assert_eq!(seen[0].body["spec"]["config"], "{}");
+}
+
+#[tokio::test]
+async fn replace_and_replace_status_put_with_the_resource_version() {
+    let (store, server) = scripted(vec![
+        step(
+            Method::PUT,
+            "/api/v1/namespaces/ns/pods/a",
+            200,
+            stored("ns", "a", "6"),
+        ),
+        step(
+            Method::PUT,
+            "/api/v1/namespaces/ns/pods/a",
+            409,
+            status(409, "Conflict", "the object has been modified"),
+        ),
+        step(
+            Method::PUT,
+            "/api/v1/namespaces/ns/pods/a/status",
+            200,
+            stored("ns", "a", "7"),
+        ),
+        step(
+            Method::PUT,
+            "/api/v1/namespaces/ns/pods/gone",
+            404,
+            status(404, "NotFound", "not found"),
+        ),
+    ]);
+    let a = with_rv(pod("ns", "a", "x", "n1"), "5");
+    assert_eq!(
+        store
+            .update(&pods(), a.clone())
+            .await
+            .unwrap()
+            .metadata
+            .resource_version
+            .as_deref(),
+        Some("6")
+    );
+    let conflict = store.update(&pods(), a.clone()).await.unwrap_err();
+    assert!(conflict.is_conflict(), "{conflict}");
+    let mut with_status = with_rv(a, "6");
+    with_status
+        .data
+        .insert("status".into(), json!({"phase": "Running"}));
+    store.update_status(&pods(), with_status).await.unwrap();
+    assert!(
+        store
+            .update(&pods(), pod("ns", "gone", "x", "n1"))
+            .await
+            .unwrap_err()
+            .is_not_found()
+    );
+
+    let seen = server.await.unwrap();
+    assert_eq!(seen[0].body["metadata"]["resourceVersion"], "5");
+    assert_eq!(seen[2].body["metadata"]["resourceVersion"], "6");
+    assert_eq!(seen[2].body["status"]["phase"], "Running");
+}
+
+#[tokio::test]
+async fn delete_sends_preconditions_and_404_is_none() {
+    let (store, server) = scripted(vec![
+        step(
+            Method::DELETE,
+            "/api/v1/namespaces/ns/pods/a",
+            409,
+            status(409, "Conflict", "Precondition failed"),
+        ),
+        step(
+            Method::DELETE,
+            "/api/v1/namespaces/ns/pods/a",
+            200,
+            stored("ns", "a", "9"),
+        ),
+        step(
+            Method::DELETE,
+            "/api/v1/namespaces/ns/pods/b",
+            200,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": "b", "kind": "pods", "uid": "uid-b"}}),
+        ),
+        step(
+            Method::DELETE,
+            "/api/v1/namespaces/ns/pods/c",
+            404,
+            status(404, "NotFound", "not found"),
+        ),
+    ]);
+    let err = store
+        .delete(&pods(), Some("ns"), "a", Some("3"))
+        .await
+        .unwrap_err();
+    assert!(err.is_conflict(), "{err}");
+    let last = store
+        .delete(&pods(), Some("ns"), "a", Some("8"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(last.metadata.resource_version.as_deref(), Some("9"));
+    let gone = store
+        .delete(&pods(), Some("ns"), "b", None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (gone.key(), gone.metadata.uid.as_deref()),
+        ("ns/b".to_string(), Some("uid-b"))
+    );
+    assert!(
+        store
+            .delete(&pods(), Some("ns"), "c", None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    let seen = server.await.unwrap();
+    assert_eq!(seen[0].body["preconditions"]["resourceVersion"], "3");
+    assert_eq!(seen[1].body["preconditions"]["resourceVersion"], "8");
+    assert!(seen[2].body.get("preconditions").is_none());
+}
+
+fn watch_lines(events: &[Value]) -> String {
+    events.iter().map(|e| format!("{e}\n")).collect()
+}
+
+#[tokio::test]
+async fn watch_from_version_maps_events_skips_bookmarks_and_ends_on_410() {
+    let body = watch_lines(&[
+        json!({"type": "ADDED", "object": stored("ns", "a", "11")}),
+        json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": "12"}}}),
+        json!({"type": "MODIFIED", "object": stored("ns", "a", "13")}),
+        json!({"type": "DELETED", "object": stored("ns", "a", "14")}),
+    ]);
+    let resumed = watch_lines(&[
+        json!({"type": "ERROR", "object": status(410, "Expired", "too old resource version: 14")}),
+    ]);
+    let mut first = step(Method::GET, "/api/v1/namespaces/ns/pods", 200, Value::Null);
+    first.reply = body;
+    first.query = vec![
+        "watch=true",
+        "resourceVersion=10",
+        "allowWatchBookmarks=true",
+        "labelSelector=app%3Dx",
+    ];
+    // The server ended the first watch; the store re-watches from the last version it saw.
+    let mut second = step(Method::GET, "/api/v1/namespaces/ns/pods", 200, Value::Null);
+    second.reply = resumed;
+    second.query = vec!["watch=true", "resourceVersion=14"];
+    let (store, server) = scripted(vec![first, second]);
+
+    let opts = ListOptions::default().label("app", "x");
+    let mut stream = store.watch(&pods(), Some("ns"), &opts, Some("10")).await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(describe(&stream.next().await.unwrap().unwrap()));
+    }
+    assert_eq!(seen, ["+a", "~a", "-a"]);
+    let err = stream.next().await.unwrap().unwrap_err();
+    assert!(err.is_expired(), "{err}");
+    assert!(stream.next().await.is_none());
+    assert_eq!(server.await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn watch_without_version_lists_then_watches_from_the_list() {
+    let list = step(
+        Method::GET,
+        "/api/v1/namespaces/ns/pods",
+        200,
+        json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "20"},
+               "items": [stored("ns", "a", "18")]}),
+    );
+    let mut watch = step(Method::GET, "/api/v1/namespaces/ns/pods", 200, Value::Null);
+    watch.reply = watch_lines(&[json!({"type": "ADDED", "object": stored("ns", "b", "21")})]);
+    watch.query = vec!["watch=true", "resourceVersion=20"];
+    let (store, server) = scripted(vec![list, watch]);
+    let mut stream = store
+        .watch(&pods(), Some("ns"), &ListOptions::default(), None)
+        .await
+        .unwrap();
+    assert_eq!(describe(&stream.next().await.unwrap().unwrap()), "+a");
+    assert_eq!(describe(&stream.next().await.unwrap().unwrap()), "+b");
+    drop(stream);
+    let seen = server.await.unwrap();
+    assert!(!seen[0].uri.contains("watch=true"));
+}
+
+#[tokio::test]
+async fn connection_failures_are_unavailable() {
+    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let server = tokio::spawn(async move {
+        let mut handle = pin!(handle);
+        let (_, reply) = handle.next_request().await.unwrap();
+        reply.send_error(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "connection refused",
+        ));
+    });
+    let store = KubeStore::from_client(Client::new(service, "default"));
+    let err = store.get(&pods(), Some("ns"), "a").await.unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    server.await.unwrap();
+}
