@@ -1,10 +1,14 @@
 //! Applying a [`WiringPlan`] inside the pod netns: steps in order, and on the first failure the
 //! steps already applied are undone in reverse order; teardown runs every undo operation and
-//! collects every error. The primitives come from a [`NetnsBackend`].
+//! collects every error. The primitives come from a [`NetnsBackend`]: [`NetlinkBackend`]
+//! (weft-host: netlink, ioctls) or [`CommandBackend`] (`ip`/`nft`/`sysctl` via `nsenter`, the
+//! baseline the benchmarks compare against).
 
 mod command;
+mod netlink;
 
 pub use command::CommandBackend;
+pub use netlink::NetlinkBackend;
 
 use crate::plan::{Op, WiringPlan};
 use crate::pod_link::PodLink;
