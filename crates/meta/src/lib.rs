@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod config;
 pub mod gateway;
 pub mod hotplug;
+pub mod install;
 pub mod isolation;
 pub mod plan;
 pub mod resolve;

@@ -1,1 +1,300 @@
+use super::*;
+use crate::cache::{CacheRecord, DelDecision, decide_del};
+use crate::catalog::{MemoryCatalog, PathEntry};
+use crate::hotplug::{HotplugError, plan_hotplug_add};
+use proptest::prelude::*;
+use serde_json::json;
 
+fn config(extra: Value) -> MetaConfig {
+    let mut base =
+        json!({"cniVersion": "1.0.0", "name": "weft", "type": "weft-cni", "clusterNetwork": "cluster"});
+    for (k, v) in extra.as_object().unwrap() {
+        base[k] = v.clone();
+    }
+    MetaConfig::parse(base.to_string().as_bytes()).unwrap()
+}
+
+fn catalog() -> MemoryCatalog {
+    MemoryCatalog::default()
+        .with_conf_file("10-cluster.conflist", r#"{"name":"cluster","cniVersion":"1.0.0","plugins":[{"type":"ptp","capabilities":{"portMappings":true}},{"type":"portmap","capabilities":{"portMappings":true}}]}"#)
+        .with_nad("test", "a", r#"{"cniVersion":"1.0.0","type":"bridge","capabilities":{"ips":true,"portMappings":true}}"#)
+        .with_nad("test", "b", r#"{"cniVersion":"1.0.0","type":"macvlan"}"#)
+        .with_nad("other", "c", r#"{"cniVersion":"1.0.0","type":"macvlan"}"#)
+        .with_nad("kube-system", "alt", r#"{"cniVersion":"1.0.0","type":"alt"}"#)
+        .with_nad("kube-system", "extra", r#"{"cniVersion":"1.0.0","type":"extra"}"#)
+}
+
+fn request(ns: &str) -> AttachmentRequest {
+    AttachmentRequest {
+        container_id: "c1".into(),
+        netns: "/run/netns/x".into(),
+        ifname: "eth0".into(),
+        cni_args: format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={ns};K8S_POD_NAME=p"),
+        k8s: K8sArgs {
+            pod_namespace: ns.into(),
+            pod_name: "p".into(),
+            pod_infra_container_id: "c1".into(),
+            pod_uid: "u".into(),
+        },
+    }
+}
+
+fn pod(ns: &str, annotations: &[(&str, &str)]) -> Pod {
+    Pod {
+        namespace: ns.into(),
+        name: "p".into(),
+        uid: "u".into(),
+        annotations: annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }
+}
+
+fn ifnames(plans: &[DelegatePlan]) -> Vec<&str> {
+    plans.iter().map(|p| p.ifname.as_str()).collect()
+}
+
+#[test]
+fn order_and_naming_follow_multus() {
+    let c = config(json!({"defaultNetworks": ["extra"]}));
+    let p = pod("test", &[(NETWORKS_ANNOTATION, "a@foo,b")]);
+    let plans = plan_add(&c, &request("test"), Some(&p), &catalog()).unwrap();
+    assert_eq!(ifnames(&plans), vec!["eth0", "net1", "foo", "net3"]);
+    let names: Vec<&str> = plans.iter().map(|p| p.display_name.as_str()).collect();
+    assert_eq!(names, vec!["cluster", "kube-system/extra", "test/a", "test/b"]);
+    assert!(plans[0].is_master && plans.iter().skip(1).all(|p| !p.is_master));
+    // CNI_ARGS are not duplicated although the runtime sent the same keys.
+    assert_eq!(
+        crate::join_cni_args(&plans[2].cni_args),
+        "IgnoreUnknown=true;K8S_POD_NAMESPACE=test;K8S_POD_NAME=p;K8S_POD_INFRA_CONTAINER_ID=c1;K8S_POD_UID=u"
+    );
+}
+
+#[test]
+fn system_namespaces_get_no_default_networks() {
+    let c = config(json!({"defaultNetworks": ["extra"]}));
+    let plans = plan_add(
+        &c,
+        &request("kube-system"),
+        Some(&pod("kube-system", &[])),
+        &catalog(),
+    )
+    .unwrap();
+    assert_eq!(plans.len(), 1);
+}
+
+#[test]
+fn runtime_config_reaches_only_the_cluster_network_unless_asked() {
+    let runtime = json!({"portMappings": [{"hostPort": 80, "containerPort": 8080, "protocol": "tcp"}]});
+    let c = config(json!({"runtimeConfig": runtime}));
+    let p = pod("test", &[(NETWORKS_ANNOTATION, "a")]);
+    let plans = plan_add(&c, &request("test"), Some(&p), &catalog()).unwrap();
+    assert_eq!(plans[0].capability_args["portMappings"], runtime["portMappings"]);
+    assert!(plans[1].capability_args.is_empty());
+    let c = config(json!({"runtimeConfig": runtime, "runtimeConfigToAllDelegates": true}));
+    let plans = plan_add(&c, &request("test"), Some(&p), &catalog()).unwrap();
+    assert_eq!(plans[1].capability_args["portMappings"], runtime["portMappings"]);
+}
+
+#[test]
+fn default_network_override_is_isolated_too() {
+    let c = config(json!({"namespaceIsolation": true}));
+    let p = pod("test", &[(DEFAULT_NETWORK_ANNOTATION, "other/c")]);
+    let err = plan_add(&c, &request("test"), Some(&p), &catalog()).unwrap_err();
+    assert!(matches!(err, PlanError::Isolation(_)), "{err}");
+    // The multus namespace (where the cluster network lives) stays allowed.
+    let p = pod("test", &[(DEFAULT_NETWORK_ANNOTATION, "alt")]);
+    let plans = plan_add(&c, &request("test"), Some(&p), &catalog()).unwrap();
+    assert_eq!(plans[0].display_name, "kube-system/alt");
+    let p = pod("test", &[(DEFAULT_NETWORK_ANNOTATION, "a@eth5")]);
+    let err = plan_add(&c, &request("test"), Some(&p), &catalog()).unwrap_err();
+    assert!(
+        matches!(err, PlanError::DefaultNetworkOverride(_)),
+        "test/a is not in kube-system: {err}"
+    );
+}
+
+#[test]
+fn bad_names_and_collisions_fail_before_anything_runs() {
+    let c = config(json!({}));
+    let p = pod("test", &[(NETWORKS_ANNOTATION, "a@net2,b")]);
+    let err = plan_add(&c, &request("test"), Some(&p), &catalog()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "interface name net2 is used by both test/a and test/b"
+    );
+    let p = pod(
+        "test",
+        &[(NETWORKS_ANNOTATION, r#"[{"name":"a","interface":"a:b"}]"#)],
+    );
+    assert!(matches!(
+        plan_add(&c, &request("test"), Some(&p), &catalog()).unwrap_err(),
+        PlanError::InvalidIfname { .. }
+    ));
+    let p = pod("test", &[(NETWORKS_ANNOTATION, "missing")]);
+    assert_eq!(
+        plan_add(&c, &request("test"), Some(&p), &catalog())
+            .unwrap_err()
+            .to_string(),
+        "GetNetworkDelegates: failed getting the delegate: getKubernetesDelegate: cannot find a network-attachment-definition (missing) in namespace (test): not found"
+    );
+}
+
+#[test]
+fn cluster_network_by_path() {
+    let cat = catalog()
+        .with_path(
+            "/etc/cni/net.d",
+            PathEntry::Dir(vec![
+                ("99-x.conf".into(), br#"{"name":"late","type":"x"}"#.to_vec()),
+                (
+                    "10-flannel.conflist".into(),
+                    br#"{"name":"cbr0","plugins":[{"type":"flannel"}]}"#.to_vec(),
+                ),
+            ]),
+        )
+        .with_path(
+            "/etc/cni/net.d/bad.conf",
+            PathEntry::File(br#"{"name":"x"}"#.to_vec()),
+        );
+    let plans = plan_add(
+        &config(json!({"clusterNetwork": "/etc/cni/net.d"})),
+        &request("t"),
+        None,
+        &cat,
+    )
+    .unwrap();
+    assert_eq!(plans[0].display_name, "cbr0");
+    let err = plan_add(
+        &config(json!({"clusterNetwork": "/etc/cni/net.d/bad.conf"})),
+        &request("t"),
+        None,
+        &cat,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.ends_with("no 'type'; perhaps this is supposed to be a .conflist?"),
+        "{err}"
+    );
+    let err = plan_add(
+        &config(json!({"clusterNetwork": "nope"})),
+        &request("t"),
+        None,
+        &cat,
+    )
+    .unwrap_err()
+    .to_string();
+    assert_eq!(
+        err,
+        "GetDefaultNetworks: failed to get clusterNetwork nope in namespace kube-system: getNetDelegate: cannot find network: nope"
+    );
+}
+
+#[test]
+fn del_recompute_skips_only_what_cannot_be_resolved() {
+    let c = config(json!({"namespaceIsolation": true}));
+    let p = pod("test", &[(NETWORKS_ANNOTATION, "a,missing,other/c,b@net1")]);
+    let (plans, skipped) = plan_del_recompute(&c, &request("test"), Some(&p), &catalog()).unwrap();
+    assert_eq!(plans.len(), 3);
+    assert_eq!(skipped.len(), 2);
+    let p = pod("test", &[(NETWORKS_ANNOTATION, "[garbage")]);
+    let (plans, skipped) = plan_del_recompute(&c, &request("test"), Some(&p), &catalog()).unwrap();
+    assert_eq!((plans.len(), skipped.len()), (1, 1));
+}
+
+#[test]
+fn cache_round_trip_and_del_decisions() {
+    let c = config(json!({}));
+    let p = pod(
+        "test",
+        &[(
+            NETWORKS_ANNOTATION,
+            r#"[{"name":"a","mac":"02:00:00:00:00:01","portMappings":[{"hostPort":1,"containerPort":2}],"cni-args":{"x":1}}]"#,
+        )],
+    );
+    let plans = plan_add(&c, &request("test"), Some(&p), &catalog()).unwrap();
+    let record = CacheRecord::new(&request("test"), plans.clone());
+    let bytes = record.to_bytes();
+    assert_eq!(
+        decide_del(&c, Some(&bytes), "c1", false),
+        DelDecision::FromCache(plans.clone())
+    );
+    assert!(matches!(
+        decide_del(&c, Some(&bytes), "c2", true),
+        DelDecision::Recompute { corrupt: Some(_) }
+    ));
+    assert!(matches!(
+        decide_del(&c, Some(b"{\"version\":1,\"trunc"), "c1", false),
+        DelDecision::Recompute { corrupt: Some(_) }
+    ));
+    let future = String::from_utf8(bytes.clone())
+        .unwrap()
+        .replacen("\"version\": 1", "\"version\": 9", 1);
+    assert!(matches!(
+        decide_del(&c, Some(future.as_bytes()), "c1", true),
+        DelDecision::Recompute {
+            corrupt: Some(crate::CacheError::Version(9))
+        }
+    ));
+    assert_eq!(
+        decide_del(&c, None, "c1", true),
+        DelDecision::Recompute { corrupt: None }
+    );
+    assert_eq!(decide_del(&c, None, "c1", false), DelDecision::NothingHeld);
+    let hot = record.clone().without_attachment("net1");
+    assert_eq!(hot.delegates.len(), 1);
+}
+
+#[test]
+fn hotplug_is_isolated_and_needs_an_interface() {
+    let c = config(json!({"namespaceIsolation": true}));
+    let p = pod("test", &[]);
+    let plans = plan_add(&c, &request("test"), Some(&p), &catalog()).unwrap();
+    let element = |ns: &str, name: &str, ifname: &str| NetworkSelectionElement {
+        namespace: ns.into(),
+        name: name.into(),
+        interface: ifname.into(),
+        ..Default::default()
+    };
+    let r = request("test");
+    let plan = plan_hotplug_add(&c, &r, &p, &element("test", "a", "hot1"), &plans, &catalog()).unwrap();
+    assert_eq!(
+        (plan.ifname.as_str(), plan.display_name.as_str()),
+        ("hot1", "test/a")
+    );
+    assert!(matches!(
+        plan_hotplug_add(&c, &r, &p, &element("test", "a", ""), &plans, &catalog()),
+        Err(HotplugError::NoInterface { .. })
+    ));
+    assert!(matches!(
+        plan_hotplug_add(&c, &r, &p, &element("test", "a", "eth0"), &plans, &catalog()),
+        Err(HotplugError::InterfaceInUse { .. })
+    ));
+    let err = plan_hotplug_add(&c, &r, &p, &element("other", "c", "hot2"), &plans, &catalog()).unwrap_err();
+    assert!(err.to_string().contains("namespace isolation enabled"), "{err}");
+}
+
+proptest! {
+    #[test]
+    fn plans_have_unique_names_and_the_master_first(picks in proptest::collection::vec((0usize..2, proptest::option::of("[a-z]{1,6}")), 0..6)) {
+        let items: Vec<String> = picks.iter().map(|(n, ifname)| {
+            let name = ["a", "b"][*n];
+            match ifname { Some(i) => format!("{name}@x{i}"), None => name.to_string() }
+        }).collect();
+        let p = pod("test", &[(NETWORKS_ANNOTATION, &items.join(","))]);
+        match plan_add(&config(json!({})), &request("test"), Some(&p), &catalog()) {
+            Ok(plans) => {
+                prop_assert_eq!(plans.len(), items.len() + 1);
+                prop_assert!(plans[0].is_master);
+                let mut names: Vec<&str> = ifnames(&plans);
+                names.sort();
+                names.dedup();
+                prop_assert_eq!(names.len(), plans.len());
+            }
+            Err(PlanError::DuplicateIfname { .. }) => {}
+            Err(e) => prop_assert!(false, "unexpected {}", e),
+        }
+    }
+}
