@@ -287,3 +287,25 @@ fn two_nodes_joined_by_vxlan_with_head_end_replication() {
     let err = nl1.delete_fdb("vxlan0", flood).unwrap_err();
     assert!(err.is_not_found(), "{err}");
 }
+
+#[test]
+fn links_of_a_group_are_deleted_together() {
+    if !root_or_skip() {
+        return;
+    }
+    let test = TestNs::new();
+    let mut nl = test.netlink();
+    nl.create_bridge("g-br").unwrap();
+    nl.create_veth("g-a", "g-b", None).unwrap();
+    nl.create_bridge("other").unwrap();
+    for link in ["g-br", "g-a"] {
+        nl.set_group(link, 42).unwrap();
+    }
+    assert_eq!(nl.link("g-a").unwrap().group, 42);
+    assert_eq!(test.ip_link("g-br")["group"], "42");
+    nl.delete_links_in_group(42).unwrap();
+    let names: Vec<String> = nl.links().unwrap().into_iter().map(|l| l.name).collect();
+    assert_eq!(names, ["lo", "other"]);
+    let err = nl.delete_links_in_group(0).unwrap_err();
+    assert!(matches!(err, weft_host::HostError::Invalid { .. }), "{err}");
+}
