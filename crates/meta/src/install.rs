@@ -47,7 +47,7 @@ pub fn overlay_daemon_config(
 
 /// The primary network configuration file in an autoconfig dir: the first `.conf` or
 /// `.conflist` in name order, skipping our own and Multus's generated files.
-pub fn find_primary_config<'a>(files: &'a [(String, Vec<u8>)]) -> Option<&'a (String, Vec<u8>)> {
+pub fn find_primary_config(files: &[(String, Vec<u8>)]) -> Option<&(String, Vec<u8>)> {
     let mut candidates: Vec<&(String, Vec<u8>)> = files
         .iter()
         .filter(|(f, _)| f.ends_with(".conf") || f.ends_with(".conflist"))
