@@ -11,7 +11,8 @@ case "$1" in
     ip addr flush dev "$interface"
     ip addr add "$ip/$mask" dev "$interface"
     [ -n "$mtu" ] && ip link set dev "$interface" mtu "$mtu"
-    if [ -n "$router" ]; then ip route replace default via "${router%% *}" dev "$interface"; fi
+    # RFC 3442: a client that receives classless static routes ignores the router option.
+    if [ -n "$router" ] && [ -z "$staticroutes" ]; then ip route replace default via "${router%% *}" dev "$interface"; fi
     set -- $staticroutes          # option 121: "net/len gw net/len gw ..."
     while [ $# -ge 2 ]; do ip route replace "$1" via "$2" dev "$interface"; shift 2; done
     for d in $dns; do echo "nameserver $d" >> /etc/resolv.conf; done
