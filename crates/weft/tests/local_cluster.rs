@@ -15,18 +15,62 @@ fn exclusive_up_runs_the_example_vm_and_down_restores_the_host() {
     }
     let before = host_snapshot();
     let state = tempfile::tempdir().unwrap();
-    let up = weft(state.path(), &["up", "--timeout", "240"]);
-    let status = weft(state.path(), &["get", "vmi", "vm1", "-o", "json"]);
+    let outcome = std::panic::catch_unwind(|| exercise(state.path()));
     let logs = collect_logs(state.path());
     let down = weft(state.path(), &["down"]);
-    assert!(up.status.success(), "weft up failed:\n{}\n{logs}", text(&up));
+    if let Err(panic) = outcome {
+        eprintln!("logs:\n{logs}");
+        std::panic::resume_unwind(panic);
+    }
     assert!(down.status.success(), "weft down failed:\n{}", text(&down));
-    let vmi: serde_json::Value = serde_json::from_slice(&status.stdout).expect("vmi json");
+    let after = host_snapshot();
+    assert_eq!(before, after, "weft down must restore the host exactly");
+}
+
+fn vmi_json(state: &std::path::Path, name: &str) -> serde_json::Value {
+    let out = weft(state, &["get", "vmi", name, "-o", "json"]);
+    serde_json::from_slice(&out.stdout).unwrap_or_default()
+}
+
+fn guest_checks(vmi: &serde_json::Value) -> Vec<serde_json::Value> {
+    let raw = vmi["metadata"]["annotations"]["weft.dev/guest-report"]
+        .as_str()
+        .unwrap_or("[]");
+    serde_json::from_str(raw).unwrap_or_default()
+}
+
+fn wait_for_check(state: &std::path::Path, vmi: &str, kind: &str, target: &str) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    loop {
+        let current = vmi_json(state, vmi);
+        if let Some(check) = guest_checks(&current)
+            .into_iter()
+            .find(|c| c["kind"] == kind && c["target"] == target)
+        {
+            return check;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {kind} {target} check from {vmi}: {current}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
+fn exercise(state: &std::path::Path) {
+    let up = weft(state, &["up", "--timeout", "240"]);
+    assert!(up.status.success(), "weft up failed:\n{}", text(&up));
+    assert!(
+        String::from_utf8_lossy(&up.stdout).contains("vm1"),
+        "status printed:\n{}",
+        text(&up)
+    );
+    let vmi = vmi_json(state, "vm1");
     let interfaces = vmi["status"]["interfaces"]
         .as_array()
         .cloned()
         .unwrap_or_default();
-    for (network, want_prefix) in [("default", "10.0.2.2"), ("data", "192.168.100.")] {
+    for (network, want_prefix) in [("default", "10.244.1."), ("data", "192.168.100.")] {
         let nic = interfaces
             .iter()
             .find(|i| i["name"] == network)
@@ -43,16 +87,35 @@ fn exclusive_up_runs_the_example_vm_and_down_restores_the_host() {
     }
     let data = interfaces.iter().find(|i| i["name"] == "data").unwrap();
     assert_eq!(
-        data["podInterfaceName"], "pod6482e9630cd",
+        data["podInterfaceName"], "pod3a6eb0790f3",
         "hashed name of network 'data'"
     );
     assert!(
-        String::from_utf8_lossy(&up.stdout).contains("vm1"),
-        "status printed:\n{}",
-        text(&up)
+        data["infoSource"].as_str().unwrap().contains("multus-status"),
+        "{data}"
     );
-    let after = host_snapshot();
-    assert_eq!(before, after, "weft down must restore the host exactly");
+    // Masquerade: the guest reaches the remote host beyond the node (NAT), by ICMP and HTTP.
+    let ping = wait_for_check(state, "vm1", "ping", "172.31.255.254");
+    assert_eq!(ping["ok"], true, "{ping}");
+    let wget = wait_for_check(state, "vm1", "wget", "http://172.31.255.254:8080/");
+    assert_eq!(wget["ok"], true, "{wget}");
+    // The secondary bridge: a second launcher pod's guest reaches vm1's guest on `data`.
+    let vm1_data_ip = data["ipAddress"].as_str().unwrap().to_string();
+    let vm2 = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/vm.yaml"))
+        .unwrap()
+        .replace("name: vm1", "name: vm2")
+        .replace("app: vm1", "app: vm2")
+        .replace("02:00:00:0a:00:01", "02:00:00:0a:00:02")
+        .replace(
+            "ping=172.31.255.254 wget=http://172.31.255.254:8080/",
+            &format!("ping={vm1_data_ip}"),
+        );
+    let file = state.join("vm2.yaml");
+    std::fs::write(&file, vm2).unwrap();
+    let applied = weft(state, &["apply", "-f", file.to_str().unwrap()]);
+    assert!(applied.status.success(), "{}", text(&applied));
+    let ping = wait_for_check(state, "vm2", "ping", &vm1_data_ip);
+    assert_eq!(ping["ok"], true, "vm2 -> vm1 over the data network: {ping}");
 }
 
 fn collect_logs(state: &std::path::Path) -> String {

@@ -194,19 +194,54 @@ pub async fn start(
     Ok(state)
 }
 
-/// Update the VMI's status.interfaces from the domain and the guest agent's reports.
+/// VMI annotation where the launcher reports the guest's own checks (`weft.dev/guest-checks`).
+pub const GUEST_REPORT_ANNOTATION: &str = "weft.dev/guest-report";
+
+/// The guest's check results as a compact JSON list.
+pub fn checks_summary(report: &weft_guest::GuestReport) -> String {
+    let checks: Vec<serde_json::Value> = report
+        .checks
+        .iter()
+        .map(|c| serde_json::json!({"kind": c.kind, "target": c.target, "ok": c.ok}))
+        .collect();
+    serde_json::to_string(&checks).unwrap_or_default()
+}
+
+/// Update the VMI's status from the domain and the guest agent's reports: interfaces, the
+/// `Ready` condition (the guest has leased every NIC), and the guest's check results.
 pub async fn report(agent: &Arc<Agent>, namespace: &str, state: &mut LauncherState) -> anyhow::Result<()> {
     let guest_report = state.guest.as_ref().and_then(|g| g.report().ok());
     let report = domain_report(state, guest_report.as_ref());
+    let no_guest = state.guest.is_none();
+    let ready = no_guest || guest_report.as_ref().is_some_and(|r| r.ready);
+    let checks = guest_report.as_ref().map(checks_summary).filter(|c| c != "[]");
+    let now = weft_store::now_rfc3339();
     Api::<VirtualMachineInstance>::namespaced(agent.store.clone(), namespace)
         .modify_status(&state.vmi, |vmi| {
+            let before = (vmi.status.clone(), vmi.metadata.annotations.clone());
             let next = weft_vm::handler_status_interfaces(&vmi.spec, vmi.status_interfaces(), &report);
-            let status = vmi.status.get_or_insert_with(Default::default);
-            if status.interfaces == next {
-                return false;
+            if let Some(checks) = &checks {
+                vmi.metadata
+                    .annotations
+                    .insert(GUEST_REPORT_ANNOTATION.into(), checks.clone());
             }
+            let status = vmi.status.get_or_insert_with(Default::default);
             status.interfaces = next;
-            true
+            let wanted = if ready { "True" } else { "False" };
+            match status.conditions.iter_mut().find(|c| c.type_ == "Ready") {
+                Some(c) if c.status == wanted => {}
+                Some(c) => {
+                    c.status = wanted.into();
+                    c.last_transition_time = Some(now.clone().into());
+                }
+                None => status.conditions.push(weft_vm::api::Condition {
+                    type_: "Ready".into(),
+                    status: wanted.into(),
+                    last_transition_time: Some(now.clone().into()),
+                    ..Default::default()
+                }),
+            }
+            (vmi.status.clone(), vmi.metadata.annotations.clone()) != before
         })
         .await?;
     Ok(())
