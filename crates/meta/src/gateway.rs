@@ -96,6 +96,33 @@ pub fn plan_default_routes(
         .collect())
 }
 
+/// The delegate's result as it is after `action` (for the cached result and CHECK): default
+/// routes of the flagged families removed, then `{dst: 0.0.0.0/0 | ::/0, gw}` per gateway.
+pub fn apply_route_action(result: &weft_cni::CniResult, action: &RouteAction) -> weft_cni::CniResult {
+    let mut out = result.clone();
+    out.routes.retain(|r| {
+        let is_default = r.dst.prefix_len() == 0 && r.dst.addr().is_unspecified();
+        let v4 = r.dst.addr().is_ipv4();
+        !(is_default && ((v4 && action.delete_v4_default) || (!v4 && action.delete_v6_default)))
+    });
+    for gw in &action.add_gateways {
+        let dst = match gw {
+            IpAddr::V4(_) => "0.0.0.0/0",
+            IpAddr::V6(_) => "::/0",
+        };
+        out.routes.push(weft_cni::Route {
+            dst: dst.parse().expect("valid"),
+            gw: Some(*gw),
+            mtu: None,
+            advmss: None,
+            priority: None,
+            table: None,
+            scope: None,
+        });
+    }
+    out
+}
+
 /// Multus `CheckGatewayConfig` flags for one delegate: start true, cleared by a gateway of that
 /// family.
 pub fn filter_flags(request: Option<&Vec<IpAddr>>) -> (bool, bool) {
@@ -133,6 +160,23 @@ mod tests {
         let plans = plan_default_routes(&[("eth0", None), ("net1", Some(&empty))]).unwrap();
         let a = plans[0].action.as_ref().unwrap();
         assert!(a.delete_v4_default && a.delete_v6_default);
+    }
+
+    #[test]
+    fn route_action_edits_the_result() {
+        let result: weft_cni::CniResult = serde_json::from_str(
+            r#"{"cniVersion":"1.0.0","routes":[{"dst":"0.0.0.0/0","gw":"10.0.0.1"},{"dst":"::/0","gw":"fd00::1"},{"dst":"10.1.0.0/16"}]}"#,
+        )
+        .unwrap();
+        let action = RouteAction {
+            delete_v4_default: true,
+            delete_v6_default: false,
+            add_gateways: ips(&["10.9.9.9"]),
+        };
+        let out = apply_route_action(&result, &action);
+        let dsts: Vec<String> = out.routes.iter().map(|r| format!("{}", r.dst)).collect();
+        assert_eq!(dsts, vec!["::/0", "10.1.0.0/16", "0.0.0.0/0"]);
+        assert_eq!(out.routes[2].gw, Some("10.9.9.9".parse().unwrap()));
     }
 
     #[test]

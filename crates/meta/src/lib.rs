@@ -12,6 +12,7 @@ pub mod hotplug;
 pub mod install;
 pub mod isolation;
 pub mod plan;
+pub mod request;
 pub mod resolve;
 pub mod teardown;
 
@@ -19,13 +20,14 @@ pub use args::{K8sArgs, delegate_cni_args, join_cni_args};
 pub use cache::{CACHE_VERSION, CacheError, CacheRecord, DelDecision, decide_del};
 pub use catalog::{MemoryCatalog, NetworkCatalog, PathEntry};
 pub use config::{ConfigError, LogLevel, MetaConfig, parse_global_namespaces};
-pub use gateway::{DefaultRoutePlan, GatewayError, RouteAction, plan_default_routes};
+pub use gateway::{DefaultRoutePlan, GatewayError, RouteAction, apply_route_action, plan_default_routes};
 pub use hotplug::{HotplugError, hotplug_diff, plan_hotplug_add, status_after_add, status_after_remove};
 pub use isolation::{IsolationError, check_isolation};
 pub use plan::{
     AttachmentRequest, AttachmentRequests, DelegatePlan, PlanError, Pod, merge_cni_args, plan_add,
     plan_del_recompute,
 };
+pub use request::{CONFIG_SOURCE_ANNOTATION, UidMismatch, check_pod_uid, synthetic_result};
 pub use resolve::{NetworkSource, ResolveError, Resolved, resolve_nad, resolve_static_network};
 pub use teardown::{
     CacheAfterDel, add_failure_message, cache_after_del, del_failure_message, rollback_order, teardown_order,
