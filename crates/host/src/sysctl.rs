@@ -9,11 +9,16 @@ use std::path::PathBuf;
 
 use crate::error::{HostError, Result};
 
-/// Checks a key and returns its path. Keys are `/`-separated and relative
-/// to `/proc/sys`, e.g. `net/ipv4/ip_forward` or
-/// `net/ipv4/conf/eth0/route_localnet` (slashes, not dots, because link names
-/// may contain dots).
+/// Checks a key and returns its path. Keys are either `/`-separated paths
+/// relative to `/proc/sys` (`net/ipv4/conf/eth0.100/route_localnet`: the
+/// form to use when a link name contains a dot) or, when they contain no
+/// `/`, `sysctl(8)`'s dotted form (`net.ipv4.ip_forward`).
 pub fn sysctl_path(key: &str) -> std::result::Result<PathBuf, String> {
+    let key = if key.contains('/') {
+        key.to_owned()
+    } else {
+        key.replace('.', "/")
+    };
     if !key.starts_with("net/") {
         return Err("only network sysctls (net/...) are supported".into());
     }
@@ -26,7 +31,7 @@ pub fn sysctl_path(key: &str) -> std::result::Result<PathBuf, String> {
     if key.contains('\0') {
         return Err("key contains NUL".into());
     }
-    Ok(PathBuf::from("/proc/sys").join(key))
+    Ok(PathBuf::from("/proc/sys").join(&key))
 }
 
 /// Reads the sysctl `key` (trailing newline removed).
@@ -54,14 +59,23 @@ mod tests {
             sysctl_path("net/ipv4/ip_forward").unwrap(),
             PathBuf::from("/proc/sys/net/ipv4/ip_forward")
         );
-        assert!(sysctl_path("net/ipv4/conf/eth0.100/route_localnet").is_ok());
+        assert_eq!(
+            sysctl_path("net/ipv4/conf/eth0.100/route_localnet").unwrap(),
+            PathBuf::from("/proc/sys/net/ipv4/conf/eth0.100/route_localnet")
+        );
+        assert_eq!(
+            sysctl_path("net.ipv4.ip_forward").unwrap(),
+            PathBuf::from("/proc/sys/net/ipv4/ip_forward")
+        );
         for bad in [
             "kernel/hostname",
+            "kernel.hostname",
             "/net/ipv4/ip_forward",
             "net/../kernel/x",
             "net//x",
             "net/ipv4/",
-            "net.ipv4.ip_forward",
+            "net..ipv4",
+            "net",
         ] {
             assert!(sysctl_path(bad).is_err(), "{bad:?} accepted");
         }

@@ -169,3 +169,30 @@ fn routes_add_list_delete_with_gateway_dev_metric() {
         .unwrap_err();
     assert!(err.to_string().contains("host bits"), "{err}");
 }
+
+#[test]
+fn ipv6_addresses_without_dad_are_not_tentative() {
+    if !root_or_skip() {
+        return;
+    }
+    let test = TestNs::new();
+    let mut nl = test.netlink();
+    nl.create_veth("eth0", "peer0", None).unwrap();
+    nl.set_up("peer0").unwrap();
+    nl.set_up("eth0").unwrap();
+    nl.add_address("eth0", net("fd20::1/64")).unwrap();
+    nl.add_address_without_dad("eth0", net("fd30::1/64")).unwrap();
+    let oracle = test.ip_json(&["-6", "addr", "show", "dev", "eth0"]);
+    let infos = oracle[0]["addr_info"].as_array().unwrap();
+    // (fd20::1 is tentative for about a second; not asserted, to stay
+    // robust on a loaded machine.)
+    assert!(infos.iter().any(|i| i["local"] == "fd20::1"));
+    let without_dad = infos.iter().find(|i| i["local"] == "fd30::1").unwrap();
+    assert_eq!(without_dad["tentative"], serde_json::Value::Null, "{without_dad}");
+    assert_eq!(without_dad["nodad"], true, "{without_dad}");
+    assert!(
+        nl.addresses("eth0", Some(IpFamily::V6))
+            .unwrap()
+            .contains(&net("fd30::1/64"))
+    );
+}

@@ -79,7 +79,7 @@ fn sysctls_are_per_namespace() {
             let before = read_sysctl("net/ipv4/ip_forward")?;
             write_sysctl("net/ipv4/ip_forward", "1")?;
             write_sysctl("net/ipv4/conf/eth0/route_localnet", "1")?;
-            write_sysctl("net/ipv4/conf/all/arp_ignore", "1")?;
+            write_sysctl("net.ipv4.conf.all.arp_ignore", "1")?;
             write_sysctl("net/ipv6/conf/all/forwarding", "1")?;
             Ok(vec![
                 before,

@@ -4,7 +4,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
-use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use super::link::LinkId;
@@ -82,6 +82,27 @@ impl Netlink {
         let object = format!("{net} to {link}");
         let index = self.index_of(link).map_err(|e| relabel(e, OP, &object))?;
         let message = with_broadcast(address_message(index, net), net);
+        self.execute(
+            RouteNetlinkMessage::NewAddress(message),
+            NLM_F_CREATE | NLM_F_EXCL,
+            OP,
+            &object,
+        )
+    }
+
+    /// Adds `net` to `link` without duplicate address detection (`ip addr add
+    /// ... nodad`): an IPv6 address is usable at once instead of staying
+    /// tentative for about a second (e.g. for a DHCPv6 server binding it).
+    pub fn add_address_without_dad(&mut self, link: impl Into<LinkId>, net: IpNet) -> Result<()> {
+        const OP: &str = "add address";
+        let link = link.into();
+        let object = format!("{net} (nodad) to {link}");
+        let index = self.index_of(link).map_err(|e| relabel(e, OP, &object))?;
+        let mut message = with_broadcast(address_message(index, net), net);
+        message.header.flags = AddressHeaderFlags::Nodad;
+        message
+            .attributes
+            .push(AddressAttribute::Flags(AddressFlags::Nodad));
         self.execute(
             RouteNetlinkMessage::NewAddress(message),
             NLM_F_CREATE | NLM_F_EXCL,
