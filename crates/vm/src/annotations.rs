@@ -333,3 +333,21 @@ pub fn network_info(
     entries.sort_by(|a, b| a.network.cmp(b.network));
     Some(go_json(&NetworkInfo { interfaces: entries }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_json_escapes_like_go() {
+        let v = serde_json::json!([{"name": "a<b>&c\u{2028}"}]);
+        assert_eq!(go_json(&v), r#"[{"name":"a\u003cb\u003e\u0026c\u2028"}]"#);
+        assert_eq!(go_json(&serde_json::json!({"a": "plain"})), r#"{"a":"plain"}"#);
+    }
+
+    #[test]
+    fn nad_references() {
+        assert_eq!(split_nad_reference("ns/a/b", "x"), ("ns", "a/b"));
+        assert_eq!(split_nad_reference("a", "x"), ("x", "a"));
+    }
+}

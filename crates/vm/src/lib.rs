@@ -13,6 +13,8 @@
 //!   [`handler_status_interfaces`] (from the domain and the guest agent): `status.interfaces`.
 //! - [`evaluate_migration`] + [`migration_condition_update`]: the `MigrationRequired` condition.
 //! - [`sync_vm_to_vmi`] and [`is_restart_required`]: VM template changes.
+//! - [`setup`]: which networks the node agent wires (start, migration target, hot-plug,
+//!   unplug) and [`verify_migratable`].
 //! - [`render`]: `weft vm render`.
 
 pub mod admission;
@@ -26,6 +28,7 @@ pub mod migration;
 pub mod names;
 pub mod netstatus;
 pub mod render;
+pub mod setup;
 pub mod status;
 
 pub use admission::{Cause, CauseType, validate, validate_create, validate_creation};
@@ -43,4 +46,5 @@ pub use names::{
 };
 pub use netstatus::network_statuses;
 pub use render::{RenderError, render};
+pub use setup::verify_migratable;
 pub use status::{DomainReport, controller_status_interfaces, handler_status_interfaces};

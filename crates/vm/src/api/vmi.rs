@@ -47,6 +47,10 @@ impl VirtualMachineInstance {
     pub fn namespace(&self) -> &str {
         self.metadata.namespace.as_deref().unwrap_or("")
     }
+    /// The status, created empty if absent.
+    pub fn status_mut(&mut self) -> &mut VmiStatus {
+        self.status.get_or_insert_with(VmiStatus::default)
+    }
     /// `status.interfaces`, empty when there is no status.
     pub fn status_interfaces(&self) -> &[InterfaceStatus] {
         self.status

@@ -1,0 +1,168 @@
+//! Which networks the node agent wires into the launcher pod, and whether the VMI can migrate
+//! with its pod network binding.
+
+use crate::api::{BindingKind, Network, VirtualMachineInstance};
+use crate::config::ClusterConfig;
+use crate::infosource::{self, DOMAIN, MULTUS_STATUS};
+
+/// VMI annotation allowing live migration with bridge binding on the pod network.
+pub const ALLOW_POD_BRIDGE_NETWORK_LIVE_MIGRATION: &str =
+    "kubevirt.io/allow-pod-bridge-network-live-migration";
+
+/// Why a VMI cannot live-migrate because of its networks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotMigratable {
+    /// The pod network's binding does not survive a migration.
+    #[error(
+        "cannot migrate VMI which does not use masquerade or a migratable plugin to connect to the pod network"
+    )]
+    PodNetworkBinding,
+}
+
+/// Networks to wire when the VM starts: those of non-absent interfaces (spec order).
+pub fn networks_at_start(vmi: &VirtualMachineInstance) -> Vec<&Network> {
+    vmi.spec
+        .networks
+        .iter()
+        .filter(|n| {
+            vmi.spec
+                .interfaces()
+                .iter()
+                .any(|i| i.name == n.name && !i.is_absent())
+        })
+        .collect()
+}
+
+/// Networks to wire on a migration target: all of them.
+pub fn networks_at_migration_target(vmi: &VirtualMachineInstance) -> Vec<&Network> {
+    vmi.spec.networks.iter().collect()
+}
+
+/// Networks to hot-plug on a running VMI: non-absent, attached to the pod (`multus-status`)
+/// but not yet in the domain.
+pub fn networks_to_hotplug(vmi: &VirtualMachineInstance) -> Vec<&Network> {
+    let status = vmi.status_interfaces();
+    networks_at_start(vmi)
+        .into_iter()
+        .filter(|n| {
+            status.iter().any(|s| {
+                s.name == n.name
+                    && infosource::contains(&s.info_source, MULTUS_STATUS)
+                    && !infosource::contains(&s.info_source, DOMAIN)
+            })
+        })
+        .collect()
+}
+
+/// Networks to tear down on a running VMI: absent interfaces already gone from the domain
+/// (status entry present without `domain`).
+pub fn networks_to_unplug(vmi: &VirtualMachineInstance) -> Vec<&Network> {
+    let status = vmi.status_interfaces();
+    vmi.spec
+        .networks
+        .iter()
+        .filter(|n| {
+            vmi.spec
+                .interfaces()
+                .iter()
+                .any(|i| i.name == n.name && i.is_absent())
+                && status
+                    .iter()
+                    .any(|s| s.name == n.name && !infosource::contains(&s.info_source, DOMAIN))
+        })
+        .collect()
+}
+
+/// KubeVirt's `VerifyVMIMigratable` (network part): with a pod network, its interface must be
+/// masquerade or passtBinding, bridge with the allow annotation, or a plugin with `migration`.
+pub fn verify_migratable(vmi: &VirtualMachineInstance, config: &ClusterConfig) -> Result<(), NotMigratable> {
+    let Some(pod) = vmi.spec.networks.iter().find(|n| n.pod.is_some()) else {
+        return Ok(());
+    };
+    let Some(iface) = vmi.spec.interfaces().iter().find(|i| i.name == pod.name) else {
+        return Ok(());
+    };
+    let migratable = match iface.binding_kind() {
+        BindingKind::Masquerade | BindingKind::PasstBinding => true,
+        BindingKind::Bridge => vmi
+            .metadata
+            .annotations
+            .contains_key(ALLOW_POD_BRIDGE_NETWORK_LIVE_MIGRATION),
+        BindingKind::Plugin(name) => config
+            .binding_plugins
+            .get(name)
+            .is_some_and(|p| p.migration.is_some()),
+        BindingKind::Sriov | BindingKind::None => false,
+    };
+    if migratable {
+        Ok(())
+    } else {
+        Err(NotMigratable::PodNetworkBinding)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn vmi(v: serde_json::Value) -> VirtualMachineInstance {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn setup_selection() {
+        let v = vmi(json!({
+            "spec": {"domain": {"devices": {"interfaces": [
+                {"name": "default", "masquerade": {}},
+                {"name": "new", "bridge": {}},
+                {"name": "old", "bridge": {}, "state": "absent"},
+                {"name": "going", "bridge": {}, "state": "absent"}
+            ]}}, "networks": [
+                {"name": "default", "pod": {}},
+                {"name": "new", "multus": {"networkName": "a"}},
+                {"name": "old", "multus": {"networkName": "b"}},
+                {"name": "going", "multus": {"networkName": "c"}}
+            ]},
+            "status": {"interfaces": [
+                {"name": "default", "infoSource": "domain"},
+                {"name": "new", "infoSource": "multus-status"},
+                {"name": "old", "infoSource": "multus-status"},
+                {"name": "going", "infoSource": "domain, multus-status"}
+            ]}
+        }));
+        let names = |nets: Vec<&Network>| nets.iter().map(|n| n.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(networks_at_start(&v)), ["default", "new"]);
+        assert_eq!(networks_at_migration_target(&v).len(), 4);
+        assert_eq!(names(networks_to_hotplug(&v)), ["new"]);
+        assert_eq!(names(networks_to_unplug(&v)), ["old"]);
+    }
+
+    #[test]
+    fn migratability() {
+        let config = ClusterConfig::default();
+        let masquerade = vmi(
+            json!({"spec": {"domain": {"devices": {"interfaces": [{"name": "default", "masquerade": {}}]}},
+            "networks": [{"name": "default", "pod": {}}]}}),
+        );
+        assert_eq!(verify_migratable(&masquerade, &config), Ok(()));
+        let mut bridge = vmi(
+            json!({"spec": {"domain": {"devices": {"interfaces": [{"name": "default", "bridge": {}}]}},
+            "networks": [{"name": "default", "pod": {}}]}}),
+        );
+        assert_eq!(
+            verify_migratable(&bridge, &config),
+            Err(NotMigratable::PodNetworkBinding)
+        );
+        bridge
+            .metadata
+            .annotations
+            .insert(ALLOW_POD_BRIDGE_NETWORK_LIVE_MIGRATION.into(), "".into());
+        assert_eq!(verify_migratable(&bridge, &config), Ok(()));
+        let secondary_only = vmi(
+            json!({"spec": {"domain": {"devices": {"interfaces": [{"name": "s", "bridge": {}}]}},
+            "networks": [{"name": "s", "multus": {"networkName": "n"}}]}}),
+        );
+        assert_eq!(verify_migratable(&secondary_only, &config), Ok(()));
+    }
+}
