@@ -151,3 +151,83 @@ fn errors_name_the_namespace() {
         "open netns /run/netns/wt-host-does-not-exist: No such file or directory (os error 2)"
     );
 }
+
+#[test]
+fn parallel_creators_do_not_trip_over_each_other() {
+    if !root_or_skip() {
+        return;
+    }
+    let namespaces: Vec<TestNs> = std::thread::scope(|s| {
+        (0..8)
+            .map(|_| s.spawn(TestNs::new))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect()
+    });
+    let listed = Netns::list_named().unwrap();
+    let mut inodes = std::collections::HashSet::new();
+    for test in &namespaces {
+        assert!(listed.contains(&test.name));
+        assert!(
+            inodes.insert(test.ns.inode().unwrap()),
+            "two names share one namespace"
+        );
+    }
+}
+
+/// On a fresh machine `/run/netns` does not exist: the first creation makes
+/// it a shared mount point, like `ip netns add`. Checked in a private mount
+/// namespace (this thread only) with an empty tmpfs over `/run`.
+#[test]
+fn first_creation_makes_run_netns_a_shared_mount_point() {
+    if !root_or_skip() {
+        return;
+    }
+    use nix::mount::{MsFlags, mount};
+    let name = format!("{}{}-fresh", common::PREFIX, std::process::id());
+    std::thread::spawn(move || {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).unwrap();
+        mount(
+            None::<&str>,
+            "/",
+            None::<&str>,
+            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+            None::<&str>,
+        )
+        .unwrap();
+        mount(
+            Some("tmpfs"),
+            "/run",
+            Some("tmpfs"),
+            MsFlags::empty(),
+            None::<&str>,
+        )
+        .unwrap();
+        assert!(!std::path::Path::new("/run/netns").exists());
+
+        let ns = Netns::create_named(&name).unwrap();
+        let mountinfo = std::fs::read_to_string("/proc/thread-self/mountinfo").unwrap();
+        // The last mount on /run/netns is the visible one (the host's copy lies
+        // hidden below the tmpfs).
+        let run_netns = mountinfo
+            .lines()
+            .filter(|l| l.split(' ').nth(4) == Some("/run/netns"))
+            .next_back()
+            .expect("/run/netns mounted");
+        assert!(run_netns.contains("shared:"), "{run_netns}");
+        assert!(
+            mountinfo
+                .lines()
+                .any(|l| l.split(' ').nth(4) == Some(&format!("/run/netns/{name}") as &str))
+        );
+        assert_ne!(
+            ns.inode().unwrap(),
+            Netns::current_thread().unwrap().inode().unwrap()
+        );
+        Netns::delete_named(&name).unwrap();
+        assert!(Netns::list_named().unwrap().is_empty());
+    })
+    .join()
+    .unwrap();
+}
