@@ -1,0 +1,287 @@
+//! Running a plan through the CNI runtime (the thin effectful side): ADD in order with complete
+//! rollback on failure, independent secondaries optionally concurrent with deterministic
+//! result order; DEL in reverse collecting every error; CHECK on every delegate.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use weft_cni::runtime::exec::PluginExec;
+use weft_cni::{CniArgs, CniResult, CniRuntime, ConfigError, Delegate, DelegateError, RuntimeConf};
+use weft_netconf::{NetworkStatus, network_statuses};
+
+use crate::gateway::{RouteAction, apply_route_action};
+use crate::plan::{AttachmentRequest, DelegatePlan};
+use crate::teardown::{add_failure_message, rollback_order};
+
+/// Applies a delegate's default-route edits inside the pod's network namespace.
+pub trait RouteEditor: Sync {
+    /// Delete/add default routes on `ifname` in `netns` as `action` says.
+    fn apply(&self, netns: &str, ifname: &str, action: &RouteAction) -> Result<(), String>;
+}
+
+/// For plans without route actions: any action is an error (nothing may be silently skipped).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoRouteEditor;
+
+impl RouteEditor for NoRouteEditor {
+    fn apply(&self, _netns: &str, ifname: &str, _action: &RouteAction) -> Result<(), String> {
+        Err(format!(
+            "default-route requested on {ifname} but no route editor is configured"
+        ))
+    }
+}
+
+/// What a successful ADD produced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AddOutcome {
+    /// The result for the runtime: the master's (the first delegate's if none is master).
+    pub result: CniResult,
+    /// Every delegate's result in plan order, after route edits (cache them for DEL/CHECK).
+    pub results: Vec<CniResult>,
+    /// The network-status entries, in plan order.
+    pub statuses: Vec<NetworkStatus>,
+}
+
+/// Why running a plan failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    /// ADD failed at a delegate; everything started was rolled back.
+    #[error("{message}{}", rollback_suffix(.rollback_errors))]
+    Add {
+        /// Multus's message naming the pod and the network.
+        message: String,
+        /// Index of the failed delegate.
+        failed: usize,
+        /// Rollback DELs that failed too, `(network, error)`.
+        rollback_errors: Vec<(String, String)>,
+    },
+    /// Some delegates failed DEL or CHECK; every delegate was attempted.
+    #[error("errors: {}", .0.iter().map(|(n, e)| format!("{n}: {e}")).collect::<Vec<_>>().join(" / "))]
+    Delegates(Vec<(String, String)>),
+}
+
+fn rollback_suffix(errors: &[(String, String)]) -> String {
+    if errors.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = errors.iter().map(|(n, e)| format!("{n}: {e}")).collect();
+    format!(" (rollback also failed: {})", list.join(" / "))
+}
+
+/// Runs plans through a [`CniRuntime`].
+pub struct Executor<'a, E: PluginExec> {
+    cni: &'a CniRuntime<E>,
+    routes: &'a dyn RouteEditor,
+    parallelism: usize,
+}
+
+impl<'a, E: PluginExec> Executor<'a, E> {
+    /// Sequential execution (Multus's behaviour).
+    pub fn new(cni: &'a CniRuntime<E>, routes: &'a dyn RouteEditor) -> Self {
+        Self {
+            cni,
+            routes,
+            parallelism: 1,
+        }
+    }
+
+    /// Run up to `n` secondary delegates at once after the master (≥ 1). Results, statuses and
+    /// rollback order stay in plan order.
+    pub fn with_parallelism(mut self, n: usize) -> Self {
+        self.parallelism = n.max(1);
+        self
+    }
+
+    /// ADD every delegate. The master runs first, alone; the others follow (concurrently when
+    /// allowed). On the first failure no further delegate starts, and every delegate that was
+    /// started — the failed one included — is DELeted in reverse plan order.
+    pub fn add(
+        &self,
+        request: &AttachmentRequest,
+        plans: &[DelegatePlan],
+    ) -> Result<AddOutcome, ExecutorError> {
+        let slots: Vec<Mutex<Option<Result<CniResult, String>>>> =
+            plans.iter().map(|_| Mutex::new(None)).collect();
+        let failed = AtomicBool::new(false);
+        let run = |i: usize| {
+            let outcome = self.add_one(request, &plans[i]);
+            if outcome.is_err() {
+                failed.store(true, Ordering::SeqCst);
+            }
+            *slots[i].lock().expect("slot lock") = Some(outcome);
+        };
+        let first_parallel = usize::from(plans.first().is_some_and(|p| p.is_master));
+        for i in 0..first_parallel {
+            run(i);
+        }
+        if self.parallelism == 1 {
+            for i in first_parallel..plans.len() {
+                if failed.load(Ordering::SeqCst) {
+                    break;
+                }
+                run(i);
+            }
+        } else if !failed.load(Ordering::SeqCst) {
+            let next = AtomicUsize::new(first_parallel);
+            std::thread::scope(|scope| {
+                for _ in 0..self.parallelism.min(plans.len().saturating_sub(first_parallel)) {
+                    scope.spawn(|| {
+                        loop {
+                            if failed.load(Ordering::SeqCst) {
+                                break;
+                            }
+                            let i = next.fetch_add(1, Ordering::SeqCst);
+                            if i >= plans.len() {
+                                break;
+                            }
+                            run(i);
+                        }
+                    });
+                }
+            });
+        }
+        let outcomes: Vec<Option<Result<CniResult, String>>> = slots
+            .into_iter()
+            .map(|s| s.into_inner().expect("slot lock"))
+            .collect();
+        if let Some(failed_index) = outcomes.iter().position(|o| matches!(o, Some(Err(_)))) {
+            let Some(Err(error)) = &outcomes[failed_index] else {
+                unreachable!("position matched an error")
+            };
+            let started: Vec<usize> = rollback_order(plans.len() - 1)
+                .into_iter()
+                .filter(|i| outcomes[*i].is_some())
+                .collect();
+            let rollback_errors = started
+                .into_iter()
+                .filter_map(|i| {
+                    let cached = outcomes[i].as_ref().and_then(|o| o.as_ref().ok());
+                    self.del_one(request, &plans[i], cached)
+                        .err()
+                        .map(|e| (plans[i].display_name.clone(), e))
+                })
+                .collect();
+            return Err(ExecutorError::Add {
+                message: add_failure_message(&request.k8s, &plans[failed_index], error),
+                failed: failed_index,
+                rollback_errors,
+            });
+        }
+        let results: Vec<CniResult> = outcomes
+            .into_iter()
+            .map(|o| o.expect("every delegate ran").expect("no failure"))
+            .collect();
+        let master = plans.iter().position(|p| p.is_master).unwrap_or(0);
+        let statuses = plans
+            .iter()
+            .zip(&results)
+            .flat_map(|(plan, result)| network_statuses(result, &plan.display_name, plan.is_master, None))
+            .collect();
+        Ok(AddOutcome {
+            result: results.get(master).cloned().unwrap_or_default(),
+            results,
+            statuses,
+        })
+    }
+
+    /// DEL every delegate in reverse plan order, whatever fails; `cached` are the ADD results
+    /// in plan order when known (for `prevResult`).
+    pub fn del(
+        &self,
+        request: &AttachmentRequest,
+        plans: &[DelegatePlan],
+        cached: &[Option<CniResult>],
+    ) -> Result<(), ExecutorError> {
+        let errors: Vec<(String, String)> = (0..plans.len())
+            .rev()
+            .filter_map(|i| {
+                self.del_one(request, &plans[i], cached.get(i).and_then(Option::as_ref))
+                    .err()
+                    .map(|e| (plans[i].display_name.clone(), e))
+            })
+            .collect();
+        match errors.is_empty() {
+            true => Ok(()),
+            false => Err(ExecutorError::Delegates(errors)),
+        }
+    }
+
+    /// CHECK every delegate (in plan order), reporting every failure.
+    pub fn check(
+        &self,
+        request: &AttachmentRequest,
+        plans: &[DelegatePlan],
+        cached: &[Option<CniResult>],
+    ) -> Result<(), ExecutorError> {
+        let errors: Vec<(String, String)> = plans
+            .iter()
+            .enumerate()
+            .filter_map(|(i, plan)| {
+                let outcome = delegate_of(plan).and_then(|d| {
+                    d.check(
+                        self.cni,
+                        &runtime_conf(request, plan, plan.del_cni_args()),
+                        cached.get(i).and_then(Option::as_ref),
+                    )
+                    .map_err(|e| e.to_string())
+                });
+                outcome.err().map(|e| (plan.display_name.clone(), e))
+            })
+            .collect();
+        match errors.is_empty() {
+            true => Ok(()),
+            false => Err(ExecutorError::Delegates(errors)),
+        }
+    }
+
+    fn add_one(&self, request: &AttachmentRequest, plan: &DelegatePlan) -> Result<CniResult, String> {
+        let delegate = delegate_of(plan)?;
+        let result = delegate
+            .add(self.cni, &runtime_conf(request, plan, plan.add_cni_args()))
+            .map_err(|e: DelegateError| e.to_string())?;
+        let touched = !result.interfaces.is_empty() || !result.ips.is_empty();
+        match &plan.default_route.action {
+            Some(action) if touched => {
+                self.routes.apply(&request.netns, &plan.ifname, action)?;
+                Ok(apply_route_action(&result, action))
+            }
+            _ => Ok(result),
+        }
+    }
+
+    fn del_one(
+        &self,
+        request: &AttachmentRequest,
+        plan: &DelegatePlan,
+        cached: Option<&CniResult>,
+    ) -> Result<(), String> {
+        delegate_of(plan)?
+            .del(
+                self.cni,
+                &runtime_conf(request, plan, plan.del_cni_args()),
+                cached,
+            )
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn delegate_of(plan: &DelegatePlan) -> Result<Delegate, String> {
+    Delegate::from_bytes(plan.config.text().as_bytes()).map_err(|e: ConfigError| e.to_string())
+}
+
+fn runtime_conf(
+    request: &AttachmentRequest,
+    plan: &DelegatePlan,
+    args: Vec<(String, String)>,
+) -> RuntimeConf {
+    RuntimeConf {
+        container_id: request.container_id.clone(),
+        netns: request.netns.clone(),
+        ifname: plan.ifname.clone(),
+        args: CniArgs::from_pairs(args),
+        capability_args: plan.capability_args.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

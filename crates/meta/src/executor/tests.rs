@@ -1,0 +1,226 @@
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+
+use serde_json::{Value, json};
+use weft_cni::runtime::exec::{ExecError, FindError};
+
+use super::*;
+use crate::catalog::MemoryCatalog;
+use crate::config::MetaConfig;
+use crate::plan::{Pod, plan_add};
+
+/// Records every call; ADD of a plugin whose type starts with `fail` fails.
+#[derive(Default)]
+struct FakeExec {
+    calls: Mutex<Vec<(String, String, String)>>,
+}
+
+impl PluginExec for FakeExec {
+    fn find(&self, plugin_type: &str, _search_path: &[PathBuf]) -> Result<PathBuf, FindError> {
+        Ok(PathBuf::from(plugin_type))
+    }
+
+    fn exec(&self, binary: &Path, env: &[(String, String)], stdin: &[u8]) -> Result<Vec<u8>, ExecError> {
+        let var = |k: &str| {
+            env.iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        let command = var("CNI_COMMAND");
+        let ifname = var("CNI_IFNAME");
+        let plugin = binary.display().to_string();
+        self.calls
+            .lock()
+            .unwrap()
+            .push((command.clone(), plugin.clone(), ifname.clone()));
+        let config: Value = serde_json::from_slice(stdin).unwrap();
+        if command == "ADD" && plugin.starts_with("fail") {
+            return Err(ExecError::Failed {
+                status: ExitStatus::from_raw(256),
+                stdout: br#"{"cniVersion":"1.0.0","code":100,"msg":"expected plugin failure"}"#.to_vec(),
+                stderr: Vec::new(),
+            });
+        }
+        if command != "ADD" {
+            return Ok(Vec::new());
+        }
+        let n: u32 = ifname
+            .trim_start_matches(|c: char| c.is_alphabetic())
+            .parse()
+            .unwrap_or(0);
+        let result = json!({
+            "cniVersion": config["cniVersion"],
+            "interfaces": [{"name": ifname, "mac": "02:00:00:00:00:01", "sandbox": var("CNI_NETNS")}],
+            "ips": [{"address": format!("10.0.{n}.2/24"), "gateway": format!("10.0.{n}.1"), "interface": 0}],
+            "routes": [{"dst": "0.0.0.0/0", "gw": format!("10.0.{n}.1")}]
+        });
+        Ok(serde_json::to_vec(&result).unwrap())
+    }
+}
+
+struct RecordingRoutes(Mutex<Vec<(String, RouteAction)>>);
+
+impl RouteEditor for RecordingRoutes {
+    fn apply(&self, _netns: &str, ifname: &str, action: &RouteAction) -> Result<(), String> {
+        self.0.lock().unwrap().push((ifname.into(), action.clone()));
+        Ok(())
+    }
+}
+
+fn plans(annotation: &str) -> (AttachmentRequest, Vec<DelegatePlan>) {
+    let config = MetaConfig::parse(br#"{"cniVersion":"1.0.0","clusterNetwork":"cluster"}"#).unwrap();
+    let mut catalog = MemoryCatalog::default().with_conf_file(
+        "10-c.conf",
+        r#"{"cniVersion":"1.0.0","name":"cluster","type":"ptp"}"#,
+    );
+    for name in ["a", "b", "c", "d"] {
+        catalog = catalog.with_nad(
+            "ns",
+            name,
+            &format!(r#"{{"cniVersion":"1.0.0","type":"{name}-plugin"}}"#),
+        );
+    }
+    catalog = catalog.with_nad("ns", "bad", r#"{"cniVersion":"1.0.0","type":"fail-plugin"}"#);
+    let request = AttachmentRequest {
+        container_id: "ctr".into(),
+        netns: "/run/netns/x".into(),
+        ifname: "eth0".into(),
+        cni_args: String::new(),
+        k8s: crate::K8sArgs {
+            pod_namespace: "ns".into(),
+            pod_name: "p".into(),
+            pod_uid: "u".into(),
+            ..Default::default()
+        },
+    };
+    let pod = Pod {
+        namespace: "ns".into(),
+        name: "p".into(),
+        uid: "u".into(),
+        annotations: [(
+            weft_netconf::NETWORKS_ANNOTATION.to_string(),
+            annotation.to_string(),
+        )]
+        .into(),
+    };
+    let plans = plan_add(&config, &request, Some(&pod), &catalog).unwrap();
+    (request, plans)
+}
+
+fn runtime(exec: FakeExec) -> CniRuntime<FakeExec> {
+    CniRuntime::with_executor(Vec::<PathBuf>::new(), exec).without_version_negotiation()
+}
+
+#[test]
+fn add_returns_the_master_result_and_statuses_in_order() {
+    let (request, plans) = plans("a,b");
+    let cni = runtime(FakeExec::default());
+    for parallelism in [1, 4] {
+        let outcome = Executor::new(&cni, &NoRouteEditor)
+            .with_parallelism(parallelism)
+            .add(&request, &plans)
+            .unwrap();
+        assert_eq!(outcome.result.ips[0].address.to_string(), "10.0.0.2/24");
+        let names: Vec<(&str, &str, bool)> = outcome
+            .statuses
+            .iter()
+            .map(|s| (s.name.as_str(), s.interface.as_str(), s.default))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("cluster", "eth0", true),
+                ("ns/a", "net1", false),
+                ("ns/b", "net2", false)
+            ]
+        );
+        assert_eq!(outcome.statuses[2].ips, vec!["10.0.2.2"]);
+    }
+}
+
+#[test]
+fn failure_rolls_back_the_failed_one_and_everything_before_in_reverse() {
+    let (request, plans) = plans("a,bad,b");
+    let cni = runtime(FakeExec::default());
+    let err = Executor::new(&cni, &NoRouteEditor)
+        .add(&request, &plans)
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "[ns/p/u:bad]: error adding container to network \"bad\": plugin type=\"fail-plugin\" ADD: expected plugin failure"
+    );
+    let calls = cni.executor().calls.lock().unwrap().clone();
+    let seen: Vec<String> = calls.iter().map(|(c, p, i)| format!("{c} {p} {i}")).collect();
+    assert_eq!(
+        seen,
+        vec![
+            "ADD ptp eth0",
+            "ADD a-plugin net1",
+            "ADD fail-plugin net2",
+            "DEL fail-plugin net2",
+            "DEL a-plugin net1",
+            "DEL ptp eth0"
+        ]
+    );
+}
+
+#[test]
+fn concurrent_failure_still_rolls_back_everything_started() {
+    let (request, plans) = plans("a,b,bad,c,d");
+    let cni = runtime(FakeExec::default());
+    let err = Executor::new(&cni, &NoRouteEditor)
+        .with_parallelism(3)
+        .add(&request, &plans)
+        .unwrap_err();
+    assert!(matches!(err, ExecutorError::Add { failed: 3, .. }), "{err}");
+    let calls = cni.executor().calls.lock().unwrap().clone();
+    let added: Vec<&str> = calls
+        .iter()
+        .filter(|c| c.0 == "ADD")
+        .map(|c| c.2.as_str())
+        .collect();
+    let deleted: Vec<&str> = calls
+        .iter()
+        .filter(|c| c.0 == "DEL")
+        .map(|c| c.2.as_str())
+        .collect();
+    let mut expected_dels: Vec<&str> = added.clone();
+    expected_dels.sort_by_key(|ifname| std::cmp::Reverse(plans.iter().position(|p| p.ifname == *ifname)));
+    assert_eq!(deleted, expected_dels);
+    assert_eq!(calls[0].2, "eth0");
+}
+
+#[test]
+fn del_reaches_every_delegate_in_reverse_and_reports_all_errors() {
+    let (request, plans) = plans("a,b");
+    let cni = runtime(FakeExec::default());
+    Executor::new(&cni, &NoRouteEditor)
+        .del(&request, &plans, &[])
+        .unwrap();
+    let calls = cni.executor().calls.lock().unwrap().clone();
+    let order: Vec<&str> = calls.iter().map(|c| c.2.as_str()).collect();
+    assert_eq!(order, vec!["net2", "net1", "eth0"]);
+}
+
+#[test]
+fn default_route_actions_are_applied_and_reflected_in_results() {
+    let (request, plans) = plans(r#"[{"name":"a","default-route":["10.0.1.1"]}]"#);
+    let cni = runtime(FakeExec::default());
+    let routes = RecordingRoutes(Mutex::new(Vec::new()));
+    let outcome = Executor::new(&cni, &routes).add(&request, &plans).unwrap();
+    let applied = routes.0.lock().unwrap().clone();
+    assert_eq!(applied.len(), 2);
+    assert!(applied[0].1.delete_v4_default && applied[0].1.add_gateways.is_empty());
+    assert!(
+        outcome.results[0].routes.is_empty(),
+        "eth0 lost its default route"
+    );
+    assert_eq!(outcome.results[1].routes[0].gw, Some("10.0.1.1".parse().unwrap()));
+    // Without an editor the request cannot be honoured: ADD fails and rolls back.
+    let err = Executor::new(&runtime(FakeExec::default()), &NoRouteEditor)
+        .add(&request, &plans)
+        .unwrap_err();
+    assert!(err.to_string().contains("no route editor"), "{err}");
+}
