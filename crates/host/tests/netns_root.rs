@@ -212,8 +212,7 @@ fn first_creation_makes_run_netns_a_shared_mount_point() {
         // hidden below the tmpfs).
         let run_netns = mountinfo
             .lines()
-            .filter(|l| l.split(' ').nth(4) == Some("/run/netns"))
-            .next_back()
+            .rfind(|l| l.split(' ').nth(4) == Some("/run/netns"))
             .expect("/run/netns mounted");
         assert!(run_netns.contains("shared:"), "{run_netns}");
         assert!(
