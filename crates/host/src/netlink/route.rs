@@ -289,6 +289,38 @@ fn route_from_message(message: RouteMessage) -> Option<Route> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn family_address(v4: bool, bits: u128) -> IpAddr {
+        if v4 {
+            IpAddr::V4(std::net::Ipv4Addr::from(bits as u32))
+        } else {
+            IpAddr::V6(std::net::Ipv6Addr::from(bits))
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn any_valid_route_survives_the_wire_format(
+            v4 in any::<bool>(),
+            destination in any::<u128>(),
+            prefix in 0u8..=128,
+            gateway in proptest::option::of(any::<u128>()),
+            source in proptest::option::of(any::<u128>()),
+            oif in proptest::option::of(1u32..100_000),
+            metric in proptest::option::of(any::<u32>()),
+            table in prop_oneof![Just(MAIN_TABLE), 1u32..100_000],
+        ) {
+            let prefix = if v4 { prefix % 33 } else { prefix };
+            let mut route = Route::new(IpNet::new(family_address(v4, destination), prefix).unwrap().trunc());
+            route.gateway = gateway.map(|bits| family_address(v4, bits));
+            route.source = source.map(|bits| family_address(v4, bits));
+            route.oif = oif;
+            route.metric = metric;
+            route.table = table;
+            prop_assert_eq!(route_from_message(route_message(&route, false)), Some(route));
+        }
+    }
 
     #[test]
     fn default_routes_match_the_gateway_family() {
