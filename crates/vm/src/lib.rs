@@ -31,7 +31,7 @@ pub mod render;
 pub mod setup;
 pub mod status;
 
-pub use admission::{Cause, CauseType, validate, validate_create, validate_creation};
+pub use admission::{Cause, CauseType, validate, validate_create, validate_creation, validate_vm_create};
 pub use annotations::{
     AnnotationError, Annotations, launcher_pod_annotations, network_annotations, running_pod_annotations,
 };

@@ -103,6 +103,15 @@ pub fn scheme_of_pod(statuses: &[NetworkStatus]) -> NameScheme {
     }
 }
 
+/// The scheme seen from inside the pod (node agent): ordinal if any existing link is.
+pub fn scheme_of_links<'a>(link_names: impl IntoIterator<Item = &'a str>) -> NameScheme {
+    if link_names.into_iter().any(is_ordinal_name) {
+        NameScheme::Ordinal
+    } else {
+        NameScheme::Hashed
+    }
+}
+
 /// KubeVirt's `CreateFromNetworkStatuses`: names under the scheme the pod uses.
 pub fn scheme_from_network_statuses(networks: &[Network], statuses: &[NetworkStatus]) -> PodInterfaceNames {
     scheme_names(scheme_of_pod(statuses), networks)

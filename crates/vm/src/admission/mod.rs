@@ -101,3 +101,43 @@ pub fn validate_create(root: &str, spec: &VmiSpec, config: &ClusterConfig) -> Ve
     causes.extend(validate(root, spec, config));
     causes
 }
+
+/// Field root of a VirtualMachine's VMI template.
+pub const VM_TEMPLATE_ROOT: &str = "spec.template.spec";
+
+/// Admission of a new VirtualMachine: creation checks short-circuit; otherwise the template
+/// is validated once, rooted at `spec.template.spec`.
+pub fn validate_vm_create(template: &VmiSpec, config: &ClusterConfig) -> Vec<Cause> {
+    let causes = validate_creation(VM_TEMPLATE_ROOT, template);
+    if !causes.is_empty() {
+        return causes;
+    }
+    validate(VM_TEMPLATE_ROOT, template, config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Interface, Marker, Network};
+
+    #[test]
+    fn vm_create_short_circuits_on_discontinued_bindings() {
+        let mut spec = VmiSpec {
+            networks: vec![Network::default_pod()],
+            ..Default::default()
+        };
+        spec.interfaces_mut().push(Interface {
+            name: "default".into(),
+            slirp: Some(Marker::new()),
+            ..Default::default()
+        });
+        let causes = validate_vm_create(&spec, &ClusterConfig::default());
+        assert_eq!(causes.len(), 1);
+        assert_eq!(
+            causes[0].field,
+            "spec.template.spec.domain.devices.interfaces[0].slirp"
+        );
+        spec.interfaces_mut()[0] = Interface::bridge("default");
+        assert!(validate_vm_create(&spec, &ClusterConfig::default()).is_empty());
+    }
+}

@@ -82,6 +82,46 @@ pub struct PodInterfaceCache {
     pub pod_ips: Vec<String>,
 }
 
+/// The pod interface cache entry the node writes for a network: the first global-unicast
+/// IPv4 and the first global-unicast IPv6 of the pod interface, the cluster's primary family
+/// first. Bridge binding keeps IPv4 only (the guest gets no DHCPv6).
+pub fn pod_interface_cache(
+    addresses: &[IpAddr],
+    primary_is_ipv4: bool,
+    bridge_binding: bool,
+) -> PodInterfaceCache {
+    let v4 = addresses.iter().find(|a| a.is_ipv4() && is_global_unicast(a));
+    let v6 = addresses
+        .iter()
+        .find(|a| a.is_ipv6() && is_global_unicast(a))
+        .filter(|_| !bridge_binding);
+    let ordered = if primary_is_ipv4 { [v4, v6] } else { [v6, v4] };
+    let pod_ips: Vec<String> = ordered.into_iter().flatten().map(ToString::to_string).collect();
+    PodInterfaceCache {
+        pod_ip: pod_ips.first().cloned().unwrap_or_default(),
+        pod_ips,
+    }
+}
+
+/// Go's `net.IP.IsGlobalUnicast`.
+fn is_global_unicast(ip: &IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            !(v4.is_unspecified()
+                || v4.is_loopback()
+                || v4.is_multicast()
+                || v4.is_link_local()
+                || v4.is_broadcast())
+        }
+        IpAddr::V6(v6) => {
+            !(v6.is_unspecified()
+                || v6.is_loopback()
+                || v6.is_multicast()
+                || (v6.segments()[0] & 0xffc0) == 0xfe80)
+        }
+    }
+}
+
 /// KubeVirt's `NetStat.UpdateStatus`: the new `status.interfaces` from the spec, the previous
 /// status and the domain report.
 pub fn handler_status_interfaces(
@@ -267,6 +307,26 @@ fn merge_ips(existing: &[String], guest: &[String]) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::api::{Interface, Marker, Network};
+
+    #[test]
+    fn pod_ips_are_cached_primary_family_first() {
+        let addrs: Vec<IpAddr> = ["fe80::1", "127.0.0.1", "fd10::5", "10.1.2.3", "10.1.2.4"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        let c = pod_interface_cache(&addrs, true, false);
+        assert_eq!(c.pod_ips, ["10.1.2.3", "fd10::5"]);
+        assert_eq!(c.pod_ip, "10.1.2.3");
+        assert_eq!(
+            pod_interface_cache(&addrs, false, false).pod_ips,
+            ["fd10::5", "10.1.2.3"]
+        );
+        assert_eq!(pod_interface_cache(&addrs, false, true).pod_ips, ["10.1.2.3"]);
+        assert_eq!(
+            pod_interface_cache(&[], true, false),
+            PodInterfaceCache::default()
+        );
+    }
 
     #[test]
     fn sriov_hostdevs_and_guest_only_limit() {
