@@ -33,7 +33,7 @@ impl Drop for Daemon {
 /// Milliseconds from start to: first report, lease, first agent line.
 fn boot_once(spec: &GuestSpec, netns: &str) -> Result<[u128; 3]> {
     let start = Instant::now();
-    let guest = RunningGuest::spawn(spec, Some(netns))?;
+    let mut guest = RunningGuest::spawn(spec, Some(netns))?;
     let mut times: [Option<u128>; 3] = [None; 3];
     while times.iter().any(Option::is_none) {
         if start.elapsed() > Duration::from_secs(60) {

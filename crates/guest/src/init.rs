@@ -10,6 +10,7 @@
 //! | `weft.wget=URL[,URL]` | HTTP GET (10 s bound) | `WEFT-CHECK wget <url> ok <first line>\|fail` |
 //! | `weft.httpd=PORT` | start busybox httpd on PORT serving `/www` | `WEFT-CHECK httpd <port> ok\|fail` |
 //! | `weft.hostname=NAME` | set the guest host name | – |
+//! | `weft.ga_interval=SECONDS` | guest-agent period (default 2) | `WEFT-GA <if> <mac> <ip/prefix>…` |
 
 use crate::kernel::VIRTIO_MODULES;
 

@@ -52,6 +52,7 @@ done
 
 # NICs plugged in later (hot-plug) get DHCP too
 leased=" $NICS "
+interval=$(arg ga_interval); [ -n "$interval" ] || interval=2
 while true; do
   for i in $(ls /sys/class/net | grep '^eth'); do
     case "$leased" in *" $i "*) continue ;; esac
@@ -63,5 +64,5 @@ while true; do
   for i in $(ls /sys/class/net | grep -v '^lo$' | sort); do
     echo "WEFT-GA $i $(cat /sys/class/net/$i/address) $(ip -o addr show dev "$i" | awk '{print $4}' | tr '\n' ' ')"
   done
-  sleep 2
+  sleep "$interval"
 done

@@ -17,4 +17,4 @@ pub use image::{BootFiles, PrepareError, prepare_boot_files};
 pub use initramfs::{InitramfsError, build_initramfs, write_initramfs};
 pub use kernel::{GuestKernel, KernelError, locate_kernel};
 pub use qemu::{GuestNic, GuestSpec, QemuError, RunningGuest};
-pub use report::{AgentInterface, Check, GuestReport, Lease, parse_serial_log};
+pub use report::{AgentInterface, Check, GuestReport, Lease, LogFollower, parse_serial_log};

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::report::{GuestReport, parse_serial_log};
+use crate::report::{GuestReport, LogFollower};
 
 /// The QEMU binary weft runs.
 pub const QEMU_BINARY: &str = "qemu-system-x86_64";
@@ -297,6 +297,7 @@ fn is_mac(mac: &str) -> bool {
 pub struct RunningGuest {
     spec: GuestSpec,
     child: Option<Child>,
+    follower: LogFollower,
 }
 
 impl RunningGuest {
@@ -351,6 +352,7 @@ impl RunningGuest {
         Ok(Self {
             spec: spec.clone(),
             child: Some(child),
+            follower: LogFollower::new(&spec.serial_log()),
         })
     }
 
@@ -364,15 +366,16 @@ impl RunningGuest {
         &self.spec
     }
 
-    /// What the guest has reported so far.
-    pub fn report(&self) -> Result<GuestReport, QemuError> {
-        let path = self.spec.serial_log();
-        let log = std::fs::read(&path).map_err(|source| QemuError::Io {
-            guest: self.spec.name.clone(),
-            path,
-            source,
-        })?;
-        Ok(parse_serial_log(&log))
+    /// What the guest has reported so far (reading only the log's new lines).
+    pub fn report(&mut self) -> Result<GuestReport, QemuError> {
+        match self.follower.poll() {
+            Ok(report) => Ok(report.clone()),
+            Err(source) => Err(QemuError::Io {
+                guest: self.spec.name.clone(),
+                path: self.spec.serial_log(),
+                source,
+            }),
+        }
     }
 
     /// Polls the serial log until `ready` holds for the report, QEMU exits, or `timeout` passes.

@@ -107,21 +107,66 @@ impl GuestReport {
 
 /// Parses a serial log (raw bytes, possibly invalid UTF-8 and `\r\n` line ends).
 pub fn parse_serial_log(log: &[u8]) -> GuestReport {
-    let text = String::from_utf8_lossy(log);
-    let complete = match text.rfind('\n') {
-        Some(end) => &text[..end],
-        None => "",
-    };
     let mut report = GuestReport::default();
-    for line in complete.lines() {
-        let Some(start) = line.find("WEFT-") else { continue };
-        let line = line[start..].trim_end_matches('\r').trim_end();
-        if parse_line(line, &mut report).is_none() {
-            report.unparsed.push(line.to_string());
+    report.apply(log);
+    report
+}
+
+impl GuestReport {
+    /// Folds the complete lines at the start of `chunk` into the report and returns how many
+    /// bytes that consumed (everything up to the last newline); the rest is a line still being
+    /// written.
+    pub fn apply(&mut self, chunk: &[u8]) -> usize {
+        let Some(end) = chunk.iter().rposition(|b| *b == b'\n') else {
+            return 0;
+        };
+        let text = String::from_utf8_lossy(&chunk[..end]);
+        for line in text.lines() {
+            let Some(start) = line.find("WEFT-") else { continue };
+            let line = line[start..].trim_end_matches('\r').trim_end();
+            if parse_line(line, self).is_none() {
+                self.unparsed.push(line.to_string());
+            }
+        }
+        self.agent_interfaces.sort_by(|a, b| a.name.cmp(&b.name));
+        end + 1
+    }
+}
+
+/// Follows a growing serial log, reading only what was appended since the last call, so that
+/// polling a long-running guest costs nothing more than its new lines.
+#[derive(Debug, Clone)]
+pub struct LogFollower {
+    path: std::path::PathBuf,
+    offset: u64,
+    report: GuestReport,
+}
+
+impl LogFollower {
+    /// Follows the log at `path` from its beginning.
+    pub fn new(path: &std::path::Path) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            offset: 0,
+            report: GuestReport::default(),
         }
     }
-    report.agent_interfaces.sort_by(|a, b| a.name.cmp(&b.name));
-    report
+
+    /// Reads what was appended and returns the updated report.
+    pub fn poll(&mut self) -> std::io::Result<&GuestReport> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut file = std::fs::File::open(&self.path)?;
+        file.seek(SeekFrom::Start(self.offset))?;
+        let mut appended = Vec::new();
+        file.read_to_end(&mut appended)?;
+        self.offset += self.report.apply(&appended) as u64;
+        Ok(&self.report)
+    }
+
+    /// The report so far.
+    pub fn report(&self) -> &GuestReport {
+        &self.report
+    }
 }
 
 fn parse_line(line: &str, report: &mut GuestReport) -> Option<()> {
@@ -272,6 +317,24 @@ WEFT-CHECK ping 10.0.3.1 o";
         assert_eq!(ga.addresses.len(), 2, "the latest agent line wins");
         assert_eq!(report.agent_interfaces.len(), 2);
         assert_eq!(report.unparsed, vec!["WEFT-BOGUS what"]);
+    }
+
+    #[test]
+    fn follower_reads_only_complete_appended_lines() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("serial.log");
+        let mut file = std::fs::File::create(&path).unwrap();
+        let mut follower = LogFollower::new(&path);
+        file.write_all(b"WEFT-BOOT uptime=1\nWEFT-CHECK ping 10.0.0.1 o")
+            .unwrap();
+        assert!(follower.poll().unwrap().booted);
+        assert!(follower.report().checks.is_empty());
+        file.write_all(b"k\n").unwrap();
+        assert!(follower.poll().unwrap().check("ping", "10.0.0.1").unwrap().ok);
+        assert_eq!(follower.poll().unwrap().checks.len(), 1, "nothing is read twice");
+        let whole = std::fs::read(&path).unwrap();
+        assert_eq!(&parse_serial_log(&whole), follower.report());
     }
 
     proptest::proptest! {
