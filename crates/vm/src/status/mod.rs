@@ -7,5 +7,5 @@ mod handler;
 pub use controller::controller_status_interfaces;
 pub use handler::{
     DomainInterface, DomainReport, GuestAgentInterface, MAX_GUEST_ONLY_INTERFACES, PodInterfaceCache,
-    handler_status_interfaces,
+    handler_status_interfaces, pod_interface_cache,
 };
