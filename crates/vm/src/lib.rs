@@ -15,7 +15,7 @@
 //! - [`sync_vm_to_vmi`] and [`is_restart_required`]: VM template changes.
 //! - [`setup`]: which networks the node agent wires (start, migration target, hot-plug,
 //!   unplug) and [`verify_migratable`].
-//! - [`render`]: `weft vm render`.
+//! - [`render()`]: `weft vm render`.
 
 pub mod admission;
 pub mod annotations;
