@@ -12,6 +12,26 @@
 //! - [`read_sysctl`] / [`write_sysctl`]: `/proc/sys/net` of the calling thread.
 //!
 //! Nothing here ever changes the namespace of the caller's thread.
+//!
+//! ```no_run
+//! use weft_host::{Netlink, Netns, Route, TapOptions};
+//!
+//! # fn main() -> Result<(), weft_host::HostError> {
+//! let pod = Netns::open("/run/netns/pod-1")?;
+//! let mut nl = Netlink::open_in(&pod)?; // keep it: one socket per namespace
+//! nl.create_bridge("k6t-eth0")?;
+//! pod.run_in(|| weft_host::create_tap("tap0", &TapOptions::default()))??;
+//! nl.set_master("tap0", "k6t-eth0")?;
+//! for link in ["k6t-eth0", "tap0"] {
+//!     nl.set_up(link)?;
+//! }
+//! nl.add_address("k6t-eth0", "10.0.2.1/24".parse().unwrap())?;
+//! let eth0 = nl.link("eth0")?;
+//! nl.add_route(&Route::default_via("10.0.2.254".parse().unwrap()).dev(eth0.index))?;
+//! pod.run_in(|| weft_host::write_sysctl("net.ipv4.ip_forward", "1"))??;
+//! # Ok(())
+//! # }
+//! ```
 //! Errors are one [`HostError`] naming the operation, the object and the errno.
 
 pub mod error;

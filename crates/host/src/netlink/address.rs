@@ -127,7 +127,8 @@ impl Netlink {
 
     /// Every address of the namespace, optionally of one family.
     pub fn all_addresses(&mut self, family: Option<IpFamily>) -> Result<Vec<Address>> {
-        self.dump_addresses(0, family, &"")
+        let netns = self.netns.clone();
+        self.dump_addresses(0, family, &netns)
     }
 
     /// The addresses of `link`, optionally of one family.

@@ -32,6 +32,8 @@ pub struct Netlink {
     socket: Socket,
     sequence: u32,
     recv_buffer: Vec<u8>,
+    /// Names the namespace in errors of whole-namespace operations (dumps).
+    netns: String,
 }
 
 impl Netlink {
@@ -54,12 +56,15 @@ impl Netlink {
             socket,
             sequence: 0,
             recv_buffer: Vec::with_capacity(RECV_BUFFER_BYTES),
+            netns: "in the current netns".into(),
         })
     }
 
     /// Opens a socket in `ns` (on a short-lived thread inside it).
     pub fn open_in(ns: &Netns) -> Result<Self> {
-        ns.run_in(Self::open)?
+        let mut netlink = ns.run_in(Self::open)??;
+        netlink.netns = format!("in netns {}", ns.label());
+        Ok(netlink)
     }
 
     /// Sends a request that changes something and waits for the kernel's ACK.
@@ -112,7 +117,6 @@ impl Netlink {
             .send(&bytes, 0)
             .map_err(|e| HostError::os(op, object.to_string(), e))?;
 
-        let is_dump = flags & NLM_F_DUMP == NLM_F_DUMP;
         let mut replies = Vec::new();
         loop {
             self.recv_buffer.clear();
@@ -151,9 +155,6 @@ impl Netlink {
                     }
                     _ => {}
                 }
-            }
-            if !is_dump && flags & NLM_F_ACK == 0 && !replies.is_empty() {
-                return Ok(replies);
             }
         }
     }

@@ -227,7 +227,7 @@ impl Netlink {
         let replies = self.dump(
             RouteNetlinkMessage::GetRoute(request),
             "list routes",
-            &format!("table {table}"),
+            &format!("table {table} {}", self.netns),
         )?;
         Ok(replies
             .into_iter()
