@@ -2,6 +2,7 @@
 //! (multus.md §3.9, §3.10; issue 3: never silently skip when the cache is corrupt).
 
 use serde::{Deserialize, Serialize};
+use weft_cni::{CniResult, GcAttachment};
 
 use crate::args::K8sArgs;
 use crate::config::MetaConfig;
@@ -27,6 +28,10 @@ pub struct CacheRecord {
     pub k8s: K8sArgs,
     /// Every delegate in ADD order (lossless configs, ifnames, requests), hot-plugged ones last.
     pub delegates: Vec<DelegatePlan>,
+    /// Each delegate's ADD result once known (same order; `None` before/without it): the
+    /// `prevResult` of DEL and CHECK.
+    #[serde(default)]
+    pub results: Vec<Option<CniResult>>,
 }
 
 /// Why a cache record cannot be used.
@@ -58,7 +63,19 @@ impl CacheRecord {
             ifname: request.ifname.clone(),
             k8s: request.k8s.clone(),
             delegates,
+            results: Vec::new(),
         }
+    }
+
+    /// The record once ADD succeeded: every delegate's result (plan order).
+    pub fn with_results(mut self, results: Vec<CniResult>) -> Self {
+        self.results = results.into_iter().map(Some).collect();
+        self
+    }
+
+    /// The cached ADD result of delegate `index`.
+    pub fn result(&self, index: usize) -> Option<&CniResult> {
+        self.results.get(index).and_then(Option::as_ref)
     }
 
     /// Serialised form (JSON).
@@ -86,15 +103,22 @@ impl CacheRecord {
         Ok(record)
     }
 
-    /// The record with a hot-plugged attachment added.
-    pub fn with_attachment(mut self, plan: DelegatePlan) -> Self {
+    /// The record with a hot-plugged attachment added (its result once known).
+    pub fn with_attachment(mut self, plan: DelegatePlan, result: Option<CniResult>) -> Self {
+        self.results.resize(self.delegates.len(), None);
         self.delegates.push(plan);
+        self.results.push(result);
         self
     }
 
     /// The record without the attachment on `ifname` (hot-unplug).
     pub fn without_attachment(mut self, ifname: &str) -> Self {
-        self.delegates.retain(|d| d.ifname != ifname);
+        self.results.resize(self.delegates.len(), None);
+        let keep: Vec<bool> = self.delegates.iter().map(|d| d.ifname != ifname).collect();
+        let mut flags = keep.iter();
+        self.delegates.retain(|_| *flags.next().expect("same length"));
+        let mut flags = keep.iter();
+        self.results.retain(|_| *flags.next().expect("same length"));
         self
     }
 }
@@ -102,8 +126,9 @@ impl CacheRecord {
 /// Where DEL gets its delegates from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DelDecision {
-    /// The cached delegates (preferred even when the pod still exists), to DEL in reverse.
-    FromCache(Vec<DelegatePlan>),
+    /// The cached record (preferred even when the pod still exists): DEL its delegates in
+    /// reverse with their cached results.
+    FromCache(CacheRecord),
     /// Recompute with [`crate::plan_del_recompute`] from the configuration and the pod (or
     /// the configuration alone when the pod is gone). `corrupt` says why the cache was not
     /// used; the agent must log it — a corrupt cache never turns into a silent no-op.
@@ -125,20 +150,37 @@ pub fn decide_del(
     pod_known: bool,
 ) -> DelDecision {
     match cache.map(|bytes| CacheRecord::decode(bytes, container_id)) {
-        Some(Ok(record)) => DelDecision::FromCache(
-            record
-                .delegates
-                .into_iter()
-                .map(|mut d| {
-                    if d.config.is_list() && !config.cni_version.is_empty() {
-                        d.config = d.config.with_cni_version_if_missing(&config.cni_version);
-                    }
-                    d
-                })
-                .collect(),
-        ),
+        Some(Ok(mut record)) => {
+            for d in &mut record.delegates {
+                if d.config.is_list() && !config.cni_version.is_empty() {
+                    d.config = d.config.with_cni_version_if_missing(&config.cni_version);
+                }
+            }
+            DelDecision::FromCache(record)
+        }
         Some(Err(e)) => DelDecision::Recompute { corrupt: Some(e) },
         None if pod_known => DelDecision::Recompute { corrupt: None },
         None => DelDecision::NothingHeld,
     }
+}
+
+/// GC (CNI 1.1): every network the node's cached attachments use — not only the cluster
+/// network, as Multus — each with the attachments that must be kept (its `(container, ifname)`
+/// pairs across all records). One entry per CNI network name, in first-seen order; the
+/// configuration is the first cached one.
+pub fn gc_targets(records: &[CacheRecord]) -> Vec<(DelegatePlan, Vec<GcAttachment>)> {
+    let mut out: Vec<(DelegatePlan, Vec<GcAttachment>)> = Vec::new();
+    for record in records {
+        for d in &record.delegates {
+            let attachment = GcAttachment {
+                container_id: record.container_id.clone(),
+                ifname: d.ifname.clone(),
+            };
+            match out.iter_mut().find(|(p, _)| p.network_name() == d.network_name()) {
+                Some((_, valid)) => valid.push(attachment),
+                None => out.push((d.clone(), vec![attachment])),
+            }
+        }
+    }
+    out
 }

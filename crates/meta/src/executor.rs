@@ -6,7 +6,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use weft_cni::runtime::exec::PluginExec;
-use weft_cni::{CniArgs, CniResult, CniRuntime, ConfigError, Delegate, DelegateError, RuntimeConf};
+use weft_cni::{
+    CniArgs, CniResult, CniRuntime, ConfigError, Delegate, DelegateError, GcAttachment, RuntimeConf,
+};
 use weft_netconf::{NetworkStatus, network_statuses};
 
 use crate::gateway::{RouteAction, apply_route_action};
@@ -226,6 +228,42 @@ impl<'a, E: PluginExec> Executor<'a, E> {
                     .map_err(|e| e.to_string())
                 });
                 outcome.err().map(|e| (plan.display_name.clone(), e))
+            })
+            .collect();
+        match errors.is_empty() {
+            true => Ok(()),
+            false => Err(ExecutorError::Delegates(errors)),
+        }
+    }
+
+    /// STATUS of every given network (the cluster network and every network the node uses,
+    /// not only the cluster network as Multus), reporting every failure.
+    pub fn status(&self, plans: &[DelegatePlan]) -> Result<(), ExecutorError> {
+        let errors: Vec<(String, String)> = plans
+            .iter()
+            .filter_map(|plan| {
+                delegate_of(plan)
+                    .and_then(|d| d.status(self.cni).map_err(|e| e.to_string()))
+                    .err()
+                    .map(|e| (plan.display_name.clone(), e))
+            })
+            .collect();
+        match errors.is_empty() {
+            true => Ok(()),
+            false => Err(ExecutorError::Delegates(errors)),
+        }
+    }
+
+    /// GC every network of [`crate::gc_targets`] with its attachments to keep, reporting
+    /// every failure.
+    pub fn gc(&self, targets: &[(DelegatePlan, Vec<GcAttachment>)]) -> Result<(), ExecutorError> {
+        let errors: Vec<(String, String)> = targets
+            .iter()
+            .filter_map(|(plan, valid)| {
+                delegate_of(plan)
+                    .and_then(|d| d.gc(self.cni, valid).map_err(|e| e.to_string()))
+                    .err()
+                    .map(|e| (plan.network_name().to_owned(), e))
             })
             .collect();
         match errors.is_empty() {

@@ -18,7 +18,7 @@ pub mod resolve;
 pub mod teardown;
 
 pub use args::{K8sArgs, delegate_cni_args, join_cni_args};
-pub use cache::{CACHE_VERSION, CacheError, CacheRecord, DelDecision, decide_del};
+pub use cache::{CACHE_VERSION, CacheError, CacheRecord, DelDecision, decide_del, gc_targets};
 pub use catalog::{MemoryCatalog, NetworkCatalog, PathEntry};
 pub use config::{ConfigError, LogLevel, MetaConfig, parse_global_namespaces};
 pub use executor::{AddOutcome, Executor, ExecutorError, NoRouteEditor, RouteEditor};

@@ -1,7 +1,9 @@
 //! Request-level decisions taken before planning: the pod UID cross-check and the synthetic
 //! result for a pod that no longer exists (multus.md §3.1 step 3, §5).
 
-use weft_cni::{CniResult, Interface, IpConfig};
+use weft_cni::{CniResult, Interface, IpConfig, RequestEnv};
+
+use crate::args::{K8sArgs, join_cni_args};
 
 use crate::config::MetaConfig;
 use crate::plan::{AttachmentRequest, Pod};
@@ -22,6 +24,30 @@ pub struct UidMismatch {
     pub namespace: String,
     /// Pod name.
     pub name: String,
+}
+
+impl AttachmentRequest {
+    /// The request from a validated CNI environment (the shim forwards the runtime's).
+    /// `CNI_IFNAME` defaults to `eth0` as in Multus's daemon.
+    pub fn from_request_env(env: &RequestEnv) -> Self {
+        let arg = |v: Option<&str>| v.unwrap_or_default().to_owned();
+        Self {
+            container_id: env.container_id.clone(),
+            netns: env.netns.clone(),
+            ifname: if env.ifname.is_empty() {
+                "eth0".into()
+            } else {
+                env.ifname.clone()
+            },
+            cni_args: join_cni_args(env.args.pairs()),
+            k8s: K8sArgs {
+                pod_namespace: arg(env.args.pod_namespace()),
+                pod_name: arg(env.args.pod_name()),
+                pod_infra_container_id: arg(env.args.pod_infra_container_id()),
+                pod_uid: arg(env.args.pod_uid()),
+            },
+        }
+    }
 }
 
 /// ADD: a `K8S_POD_UID` that differs from the pod's is an error, except for static pods (their
@@ -86,6 +112,30 @@ mod tests {
         assert!(check_pod_uid(&request, &pod).is_ok());
         request.k8s.pod_uid.clear();
         assert!(check_pod_uid(&request, &pod).is_ok());
+    }
+
+    #[test]
+    fn from_env() {
+        let vars = [
+            ("CNI_COMMAND", "ADD"),
+            ("CNI_CONTAINERID", "abc"),
+            ("CNI_NETNS", "/run/netns/x"),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", "/opt/cni/bin"),
+            (
+                "CNI_ARGS",
+                "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p;K8S_POD_UID=u",
+            ),
+        ];
+        let env =
+            RequestEnv::from_lookup(|k| vars.iter().find(|(key, _)| *key == k).map(|(_, v)| v.to_string()))
+                .unwrap();
+        let request = AttachmentRequest::from_request_env(&env);
+        assert_eq!(request.k8s.pod_label(), "ns/p/u");
+        assert_eq!(
+            request.cni_args,
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p;K8S_POD_UID=u"
+        );
     }
 
     #[test]

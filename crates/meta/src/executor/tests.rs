@@ -224,3 +224,24 @@ fn default_route_actions_are_applied_and_reflected_in_results() {
         .unwrap_err();
     assert!(err.to_string().contains("no route editor"), "{err}");
 }
+
+#[test]
+fn check_status_and_gc_reach_every_network() {
+    let (request, plans) = plans("a,b");
+    let cni = runtime(FakeExec::default());
+    let executor = Executor::new(&cni, &NoRouteEditor);
+    let outcome = executor.add(&request, &plans).unwrap();
+    let cached: Vec<_> = outcome.results.into_iter().map(Some).collect();
+    executor.check(&request, &plans, &cached).unwrap();
+    // Without cached results CHECK cannot run: every delegate is reported.
+    match executor.check(&request, &plans, &[]).unwrap_err() {
+        ExecutorError::Delegates(errors) => assert_eq!(errors.len(), 3),
+        other => panic!("{other}"),
+    }
+    let record = crate::CacheRecord::new(&request, plans.clone());
+    executor.status(&plans).unwrap();
+    executor.gc(&crate::gc_targets(&[record])).unwrap();
+    let calls = cni.executor().calls.lock().unwrap().clone();
+    let checks = calls.iter().filter(|c| c.0 == "CHECK").count();
+    assert_eq!(checks, 3);
+}

@@ -219,7 +219,7 @@ fn cache_round_trip_and_del_decisions() {
     let bytes = record.to_bytes();
     assert_eq!(
         decide_del(&c, Some(&bytes), "c1", false),
-        DelDecision::FromCache(plans.clone())
+        DelDecision::FromCache(record.clone())
     );
     assert!(matches!(
         decide_del(&c, Some(&bytes), "c2", true),
@@ -245,6 +245,24 @@ fn cache_round_trip_and_del_decisions() {
     assert_eq!(decide_del(&c, None, "c1", false), DelDecision::NothingHeld);
     let hot = record.clone().without_attachment("net1");
     assert_eq!(hot.delegates.len(), 1);
+    assert_eq!(hot.results.len(), 1);
+    let hot = hot.with_attachment(plans[1].clone(), None);
+    assert_eq!((hot.delegates.len(), hot.results.len()), (2, 2));
+    // GC reaches every network with the attachments to keep.
+    let other = CacheRecord::new(
+        &AttachmentRequest {
+            container_id: "c2".into(),
+            ..request("test")
+        },
+        plans.clone(),
+    );
+    let targets = crate::cache::gc_targets(&[record, other]);
+    let summary: Vec<(String, usize)> = targets
+        .iter()
+        .map(|(p, v)| (p.network_name().to_string(), v.len()))
+        .collect();
+    assert_eq!(summary, vec![("cluster".to_string(), 2), ("a".to_string(), 2)]);
+    assert_eq!(targets[1].1[1].container_id, "c2");
 }
 
 #[test]
