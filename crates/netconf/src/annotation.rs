@@ -265,8 +265,11 @@ fn post_process(
             });
         }
     }
-    if element.interface.is_empty() && !element.interface_request.is_empty() {
-        element.interface = element.interface_request.clone();
+    // The legacy alias has served once copied; clearing it keeps re-serialised elements
+    // (the CLI output, caches) in today's field names.
+    let legacy = std::mem::take(&mut element.interface_request);
+    if element.interface.is_empty() {
+        element.interface = legacy;
     }
     Ok(())
 }

@@ -45,6 +45,10 @@ fn json_mode_tolerates_nulls_like_go() {
 fn interface_request_is_the_legacy_alias() {
     let e = parse_networks_annotation(r#"[{"name":"n","interfaceRequest":"foo"}]"#, "t").unwrap();
     assert_eq!(e[0].interface, "foo");
+    assert_eq!(
+        serde_json::to_string(&e[0]).unwrap(),
+        r#"{"name":"n","namespace":"t","interface":"foo"}"#
+    );
     let e = parse_networks_annotation(
         r#"[{"name":"n","interfaceRequest":"foo","interface":"bar"}]"#,
         "t",
@@ -138,5 +142,23 @@ proptest! {
         let element = NetworkSelectionElement { name, namespace: ns, interface: ifname, ..Default::default() };
         let value = serde_json::to_string(&vec![element.clone()]).unwrap();
         prop_assert_eq!(parse_networks_annotation(&value, "x").unwrap(), vec![element]);
+    }
+}
+
+proptest! {
+    #[test]
+    fn delegate_config_parse_never_panics(text in ".{0,64}") {
+        if let Ok(c) = crate::DelegateConfig::parse(text) {
+            let _ = c.capabilities();
+            let _ = c.map_plugins(|p| { p.insert("k".into(), serde_json::Value::Null); });
+        }
+    }
+
+    #[test]
+    fn json_elements_never_panic(
+        mac in "[0-9a-fA-F:.-]{0,20}", ip in "[0-9a-f:./]{0,20}", ifname in ".{0,20}"
+    ) {
+        let value = serde_json::json!([{"name": "n", "mac": mac, "ips": [ip], "interface": ifname}]).to_string();
+        let _ = parse_networks_annotation(&value, "ns");
     }
 }
