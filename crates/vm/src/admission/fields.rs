@@ -2,10 +2,10 @@
 //! port ranges, DHCP options.
 
 use std::collections::HashSet;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use super::{Cause, CauseType};
-use crate::api::{BindingKind, Interface, VmiSpec};
+use crate::api::{Interface, VmiSpec};
 use crate::config::ClusterConfig;
 
 /// Supported NIC models (empty means virtio).
@@ -26,10 +26,7 @@ pub(super) fn interface_fields(root: &str, spec: &VmiSpec, config: &ClusterConfi
         model(&path, iface, causes);
         mac(&path, iface, causes);
         pci(&path, iface, causes);
-        if on_pod {
-            ports(&path, iface, causes);
-        }
-        port_ranges(&path, iface, on_pod, config, causes);
+        port_configuration(&path, iface, on_pod, config, causes);
         dhcp_options(root, &path, iface, causes);
     }
 }
@@ -161,26 +158,70 @@ pub fn is_valid_port_name(name: &str) -> bool {
         && !name.ends_with('-')
 }
 
+/// Ports and port ranges; only validated on the pod network (KubeVirt never checks them on
+/// Multus networks).
+fn port_configuration(
+    path: &str,
+    iface: &Interface,
+    on_pod: bool,
+    config: &ClusterConfig,
+    causes: &mut Vec<Cause>,
+) {
+    let has_ranges = !iface.port_ranges.is_empty();
+    let invalid = |field: String, message: &str| Cause::new(CauseType::FieldValueInvalid, field, message);
+    if has_ranges && !config.gates.port_ranges_spec {
+        causes.push(invalid(
+            format!("{path}.name"),
+            "portRanges is specified on interface but the PortRangesSpec feature gate is not enabled",
+        ));
+    }
+    if !on_pod {
+        return;
+    }
+    let ranges_checked = has_ranges && config.gates.port_ranges_spec;
+    if ranges_checked && !iface.ports.is_empty() {
+        causes.push(invalid(
+            format!("{path}.name"),
+            "Cannot define both ports and portRanges on interface",
+        ));
+    }
+    ports(path, iface, causes);
+    if ranges_checked {
+        if iface.masquerade.is_none() {
+            causes.push(invalid(
+                format!("{path}.name"),
+                "portRanges are only supported on masquerade interfaces",
+            ));
+        }
+        port_ranges(path, iface, causes);
+    }
+}
+
 fn ports(path: &str, iface: &Interface, causes: &mut Vec<Cause>) {
+    // Names first (all ports), then each port's number and protocol, as KubeVirt does.
     let mut names = HashSet::new();
     for (j, port) in iface.ports.iter().enumerate() {
-        let port_path = format!("{path}.ports[{j}]");
-        if !port.name.is_empty() {
-            if !names.insert(port.name.as_str()) {
-                causes.push(Cause::new(
-                    CauseType::FieldValueDuplicate,
-                    format!("{port_path}.name"),
-                    format!("Duplicate name of the port: {}", port.name),
-                ));
-            }
-            if !is_valid_port_name(&port.name) {
-                causes.push(Cause::new(
-                    CauseType::FieldValueInvalid,
-                    format!("{port_path}.name"),
-                    format!("Invalid name of the port: {}", port.name),
-                ));
-            }
+        if port.name.is_empty() {
+            continue;
         }
+        let field = format!("{path}.ports[{j}].name");
+        if !names.insert(port.name.as_str()) {
+            causes.push(Cause::new(
+                CauseType::FieldValueDuplicate,
+                field.clone(),
+                format!("Duplicate name of the port: {}", port.name),
+            ));
+        }
+        if !is_valid_port_name(&port.name) {
+            causes.push(Cause::new(
+                CauseType::FieldValueInvalid,
+                field,
+                format!("Invalid name of the port: {}", port.name),
+            ));
+        }
+    }
+    for (j, port) in iface.ports.iter().enumerate() {
+        let port_path = format!("{path}.ports[{j}]");
         if port.port == 0 {
             causes.push(Cause::new(
                 CauseType::FieldValueRequired,
@@ -204,51 +245,26 @@ fn ports(path: &str, iface: &Interface, causes: &mut Vec<Cause>) {
     }
 }
 
-fn port_ranges(path: &str, iface: &Interface, on_pod: bool, config: &ClusterConfig, causes: &mut Vec<Cause>) {
-    if iface.port_ranges.is_empty() {
-        return;
-    }
-    let invalid = |field: String, message: String| Cause::new(CauseType::FieldValueInvalid, field, message);
-    if !config.gates.port_ranges_spec {
-        causes.push(invalid(
-            format!("{path}.name"),
-            "portRanges is specified on interface but the PortRangesSpec feature gate is not enabled".into(),
-        ));
-        return;
-    }
-    if !on_pod {
-        return;
-    }
+fn port_ranges(path: &str, iface: &Interface, causes: &mut Vec<Cause>) {
     let field = format!("{path}.portRanges");
-    if !iface.ports.is_empty() {
-        causes.push(invalid(
-            field.clone(),
-            "Cannot define both ports and portRanges on interface".into(),
-        ));
-    }
-    if iface.binding_kind() != BindingKind::Masquerade {
-        causes.push(invalid(
-            field.clone(),
-            "portRanges are only supported on masquerade interfaces".into(),
-        ));
-    }
+    let invalid = |field: String, message: String| Cause::new(CauseType::FieldValueInvalid, field, message);
     if iface.port_ranges.len() > MAX_PORT_RANGES {
         causes.push(invalid(field, "No more than 10 portRanges are allowed".into()));
         return;
     }
     for (j, range) in iface.port_ranges.iter().enumerate() {
-        let message = if !matches!(range.protocol.as_str(), "TCP" | "UDP") {
-            "Unknown protocol, only TCP or UDP allowed"
+        let (child, message) = if !matches!(range.protocol.as_str(), "TCP" | "UDP") {
+            ("protocol", "Unknown protocol, only TCP or UDP allowed")
         } else if !(1..65536).contains(&range.start) {
-            "Start must be a valid port number, 0 < x < 65536"
+            ("start", "Start must be a valid port number, 0 < x < 65536")
         } else if !(1..65536).contains(&range.end) {
-            "End must be a valid port number, 0 < x < 65536"
+            ("end", "End must be a valid port number, 0 < x < 65536")
         } else if range.start > range.end {
-            "Start must be less than or equal to end"
+            ("start", "Start must be less than or equal to end")
         } else {
             continue;
         };
-        causes.push(invalid(format!("{field}[{j}]"), message.into()));
+        causes.push(invalid(format!("{field}[{j}].{child}"), message.into()));
     }
     for protocol in ["TCP", "UDP"] {
         let mut ranges: Vec<(i64, i64)> = iface
@@ -285,10 +301,11 @@ fn dhcp_options(root: &str, path: &str, iface: &Interface, causes: &mut Vec<Caus
             "Found Duplicates: you have provided duplicate DHCPPrivateOptions",
         ));
     }
-    if dhcp
+    // One cause per out-of-range option, as KubeVirt loops over them.
+    for _ in dhcp
         .private_options
         .iter()
-        .any(|o| !(224..=254).contains(&o.option))
+        .filter(|o| !(224..=254).contains(&o.option))
     {
         causes.push(Cause::new(
             CauseType::FieldValueInvalid,
@@ -297,12 +314,147 @@ fn dhcp_options(root: &str, path: &str, iface: &Interface, causes: &mut Vec<Caus
         ));
     }
     for (k, ntp) in dhcp.ntp_servers.iter().enumerate() {
-        if ntp.parse::<Ipv4Addr>().is_err() {
+        if !is_ipv4(ntp) {
             causes.push(Cause::new(
                 CauseType::FieldValueInvalid,
                 format!("{path}.dhcpOptions.ntpServers[{k}]"),
                 "NTP servers must be a list of valid IPv4 addresses.",
             ));
         }
+    }
+}
+
+/// Go's `net.ParseIP(s).To4() != nil`: IPv4, or IPv4-mapped IPv6.
+fn is_ipv4(s: &str) -> bool {
+    match s.parse::<IpAddr>() {
+        Ok(IpAddr::V4(_)) => true,
+        Ok(IpAddr::V6(v6)) => v6.to_ipv4_mapped().is_some(),
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Marker, Network, Port, PortRange};
+
+    fn causes(iface: Interface, config: &ClusterConfig) -> Vec<(String, String)> {
+        let mut spec = VmiSpec {
+            networks: vec![Network {
+                name: iface.name.clone(),
+                ..Network::default_pod()
+            }],
+            ..Default::default()
+        };
+        spec.interfaces_mut().push(iface);
+        let mut out = Vec::new();
+        interface_fields("fake", &spec, config, &mut out);
+        out.into_iter().map(|c| (c.field, c.message)).collect()
+    }
+
+    fn range(protocol: &str, start: i64, end: i64) -> PortRange {
+        PortRange {
+            protocol: protocol.into(),
+            start,
+            end,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn port_range_fields_follow_kubevirt() {
+        let mut config = ClusterConfig::default();
+        config.gates.port_ranges_spec = true;
+        let base = Interface {
+            name: "default".into(),
+            masquerade: Some(Marker::new()),
+            ..Default::default()
+        };
+        let with = |ranges: Vec<PortRange>| Interface {
+            port_ranges: ranges,
+            ..base.clone()
+        };
+        let p = "fake.domain.devices.interfaces[0]";
+        assert_eq!(
+            causes(with(vec![range("SCTP", 80, 90)]), &config),
+            [(
+                format!("{p}.portRanges[0].protocol"),
+                "Unknown protocol, only TCP or UDP allowed".into()
+            )]
+        );
+        assert_eq!(
+            causes(with(vec![range("TCP", 0, 100)]), &config)[0].0,
+            format!("{p}.portRanges[0].start")
+        );
+        assert_eq!(
+            causes(with(vec![range("TCP", 80, 70000)]), &config)[0].0,
+            format!("{p}.portRanges[0].end")
+        );
+        assert_eq!(
+            causes(with(vec![range("TCP", 100, 80)]), &config)[0].0,
+            format!("{p}.portRanges[0].start")
+        );
+        let mut both = with(vec![range("TCP", 80, 90)]);
+        both.ports.push(Port {
+            port: 22,
+            ..Default::default()
+        });
+        assert_eq!(
+            causes(both, &config),
+            [(
+                format!("{p}.name"),
+                "Cannot define both ports and portRanges on interface".into()
+            )]
+        );
+        let mut bridge = with(vec![range("TCP", 80, 90)]);
+        bridge.masquerade = None;
+        bridge.bridge = Some(Marker::new());
+        assert_eq!(
+            causes(bridge, &config),
+            [(
+                format!("{p}.name"),
+                "portRanges are only supported on masquerade interfaces".into()
+            )]
+        );
+        assert!(causes(with(vec![range("TCP", 80, 200), range("UDP", 150, 300)]), &config).is_empty());
+    }
+
+    #[test]
+    fn ntp_servers_and_private_options() {
+        let iface = Interface {
+            name: "default".into(),
+            masquerade: Some(Marker::new()),
+            dhcp_options: Some(crate::api::DhcpOptions {
+                ntp_servers: vec![
+                    "::1".into(),
+                    "hostname".into(),
+                    "::ffff:1.2.3.4".into(),
+                    "127.0.0.1".into(),
+                ],
+                private_options: vec![
+                    crate::api::DhcpPrivateOption {
+                        option: 223,
+                        ..Default::default()
+                    },
+                    crate::api::DhcpPrivateOption {
+                        option: 255,
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let got = causes(iface, &ClusterConfig::default());
+        let fields: Vec<&str> = got.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "fake",
+                "fake",
+                "fake.domain.devices.interfaces[0].dhcpOptions.ntpServers[0]",
+                "fake.domain.devices.interfaces[0].dhcpOptions.ntpServers[1]"
+            ]
+        );
     }
 }
