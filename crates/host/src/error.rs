@@ -7,7 +7,7 @@ use std::io;
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
     /// The kernel (a syscall, an ioctl or a netlink request) refused.
-    #[error("{op} {object}: {source}")]
+    #[error("{op} {object}: {source}{}", explained(kernel_message))]
     Os {
         /// What was attempted, e.g. `create bridge`.
         op: &'static str,
@@ -16,6 +16,8 @@ pub enum HostError {
         /// The kernel's answer (carries the errno).
         #[source]
         source: io::Error,
+        /// The kernel's own explanation, when netlink gives one (extended ACK).
+        kernel_message: Option<String>,
     },
     /// The caller passed something the kernel would reject or misinterpret.
     #[error("{op} {object}: {reason}")]
@@ -46,6 +48,7 @@ impl HostError {
             op,
             object: object.into(),
             source: source.into(),
+            kernel_message: None,
         }
     }
 
@@ -81,6 +84,13 @@ impl HostError {
     }
 }
 
+fn explained(kernel_message: &Option<String>) -> String {
+    kernel_message
+        .as_ref()
+        .map(|message| format!(" ({message})"))
+        .unwrap_or_default()
+}
+
 /// Result of a host operation.
 pub type Result<T, E = HostError> = std::result::Result<T, E>;
 
@@ -98,6 +108,21 @@ mod tests {
         assert_eq!(e.to_string(), "create bridge k6t-eth0: File exists (os error 17)");
         assert!(e.is_already_exists());
         assert!(!e.is_not_found());
+    }
+
+    #[test]
+    fn the_kernel_explanation_is_appended() {
+        let e = HostError::Os {
+            op: "add route",
+            object: "10.0.0.5/24".into(),
+            source: io::Error::from_raw_os_error(libc::EINVAL),
+            kernel_message: Some("Invalid prefix for given prefix length".into()),
+        };
+        assert_eq!(
+            e.to_string(),
+            "add route 10.0.0.5/24: Invalid argument (os error 22) (Invalid prefix for given prefix length)"
+        );
+        assert_eq!(e.errno(), Some(libc::EINVAL));
     }
 
     #[test]

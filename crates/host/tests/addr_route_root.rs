@@ -27,7 +27,7 @@ fn addresses_add_list_delete_flush_v4_and_v6() {
     assert!(err.is_already_exists(), "{err}");
     assert_eq!(
         err.to_string(),
-        "add address 10.0.2.2/24 to eth0: File exists (os error 17)"
+        "add address 10.0.2.2/24 to eth0: File exists (os error 17) (ipv4: Address already assigned)"
     );
 
     let v4 = nl.addresses("eth0", Some(IpFamily::V4)).unwrap();

@@ -309,3 +309,20 @@ fn links_of_a_group_are_deleted_together() {
     let err = nl.delete_links_in_group(0).unwrap_err();
     assert!(matches!(err, weft_host::HostError::Invalid { .. }), "{err}");
 }
+
+#[test]
+fn kernel_explanations_are_part_of_the_error() {
+    if !root_or_skip() {
+        return;
+    }
+    let test = TestNs::new();
+    let mut nl = test.netlink();
+    nl.create_veth("eth0", "peer0", None).unwrap();
+    let err = nl.set_mtu("eth0", 100_000).unwrap_err();
+    assert_eq!(err.errno(), Some(libc::EINVAL));
+    assert!(
+        err.to_string()
+            .starts_with("set mtu eth0 to 100000: Invalid argument (os error 22) ("),
+        "{err}"
+    );
+}

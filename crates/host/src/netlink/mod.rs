@@ -15,7 +15,8 @@ pub mod link;
 pub mod route;
 
 use netlink_packet_core::{
-    NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NetlinkBuffer, NetlinkMessage, NetlinkPayload,
+    NLA_TYPE_MASK, NLM_F_ACK, NLM_F_CAPPED, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST, NetlinkBuffer,
+    NetlinkMessage, NetlinkPayload,
 };
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
@@ -48,6 +49,14 @@ impl Netlink {
         // the header filters of dump requests instead of ignoring them.
         socket
             .set_netlink_get_strict_chk(true)
+            .map_err(|e| HostError::os(OP, "NETLINK_ROUTE", e))?;
+        // Extended ACKs: errors carry the kernel's explanation, and only the
+        // header of the failed request is echoed back.
+        socket
+            .set_ext_ack(true)
+            .map_err(|e| HostError::os(OP, "NETLINK_ROUTE", e))?;
+        socket
+            .set_cap_ack(true)
             .map_err(|e| HostError::os(OP, "NETLINK_ROUTE", e))?;
         socket
             .connect(&SocketAddr::new(0, 0))
@@ -105,9 +114,34 @@ impl Netlink {
         op: &'static str,
         object: &dyn std::fmt::Display,
     ) -> Result<Vec<RouteNetlinkMessage>> {
+        // A dump interrupted by a concurrent change may be inconsistent:
+        // the kernel flags it, and asking again is the documented remedy.
+        for _ in 0..DUMP_ATTEMPTS - 1 {
+            match self.exchange_once(&message, flags, op, object)? {
+                Reply::Complete(replies) => return Ok(replies),
+                Reply::Interrupted => continue,
+            }
+        }
+        match self.exchange_once(&message, flags, op, object)? {
+            Reply::Complete(replies) => Ok(replies),
+            Reply::Interrupted => Err(HostError::Protocol {
+                op,
+                object: object.to_string(),
+                reason: format!("dump interrupted by concurrent changes {DUMP_ATTEMPTS} times"),
+            }),
+        }
+    }
+
+    fn exchange_once(
+        &mut self,
+        message: &RouteNetlinkMessage,
+        flags: u16,
+        op: &'static str,
+        object: &dyn std::fmt::Display,
+    ) -> Result<Reply> {
         self.sequence = self.sequence.wrapping_add(1);
         let sequence = self.sequence;
-        let mut request = NetlinkMessage::from(message);
+        let mut request = NetlinkMessage::from(message.clone());
         request.header.flags = NLM_F_REQUEST | flags;
         request.header.sequence_number = sequence;
         request.finalize();
@@ -118,6 +152,7 @@ impl Netlink {
             .map_err(|e| HostError::os(op, object.to_string(), e))?;
 
         let mut replies = Vec::new();
+        let mut interrupted = false;
         loop {
             self.recv_buffer.clear();
             let received = self
@@ -143,13 +178,23 @@ impl Netlink {
                     // A late reply to an earlier, abandoned request.
                     continue;
                 }
+                interrupted |= reply.header.flags & NLM_F_DUMP_INTR != 0;
+                let capped = reply.header.flags & NLM_F_CAPPED != 0;
                 match reply.payload {
                     NetlinkPayload::InnerMessage(inner) => replies.push(inner),
                     NetlinkPayload::Error(error) => match error.code {
-                        None => return Ok(replies),
-                        Some(_) => return Err(HostError::os(op, object.to_string(), error.to_io())),
+                        None => return Ok(Reply::Complete(replies)),
+                        Some(_) => {
+                            return Err(HostError::Os {
+                                op,
+                                object: object.to_string(),
+                                source: error.to_io(),
+                                kernel_message: extended_ack_message(&error.header, capped),
+                            });
+                        }
                     },
-                    NetlinkPayload::Done(_) => return Ok(replies),
+                    NetlinkPayload::Done(_) if interrupted => return Ok(Reply::Interrupted),
+                    NetlinkPayload::Done(_) => return Ok(Reply::Complete(replies)),
                     NetlinkPayload::Overrun(_) => {
                         return Err(protocol_error("receive buffer overrun".into()));
                     }
@@ -160,6 +205,43 @@ impl Netlink {
     }
 }
 
+/// How often a dump interrupted by concurrent changes is attempted.
+const DUMP_ATTEMPTS: usize = 3;
+
+/// The outcome of one request/reply exchange.
+enum Reply {
+    Complete(Vec<RouteNetlinkMessage>),
+    Interrupted,
+}
+
+/// The kernel's explanation (`NLMSGERR_ATTR_MSG`) in the payload of an
+/// error reply: after the echoed request (only its header when `capped`)
+/// come attributes, when extended ACKs are on.
+fn extended_ack_message(payload: &[u8], capped: bool) -> Option<String> {
+    const NLMSGERR_ATTR_MSG: u16 = 1;
+    const HEADER_LEN: usize = 16;
+    let echoed = if capped {
+        HEADER_LEN
+    } else {
+        u32::from_ne_bytes(payload.get(..4)?.try_into().ok()?) as usize
+    };
+    let mut attributes = payload.get((echoed + 3) & !3..)?;
+    while attributes.len() >= 4 {
+        let length = usize::from(u16::from_ne_bytes([attributes[0], attributes[1]]));
+        let kind = u16::from_ne_bytes([attributes[2], attributes[3]]) & NLA_TYPE_MASK;
+        if length < 4 || length > attributes.len() {
+            return None;
+        }
+        if kind == NLMSGERR_ATTR_MSG {
+            let text = &attributes[4..length];
+            let text = text.split(|&b| b == 0).next().unwrap_or_default();
+            return Some(String::from_utf8_lossy(text).into_owned()).filter(|t| !t.is_empty());
+        }
+        attributes = attributes.get((length + 3) & !3..).unwrap_or_default();
+    }
+    None
+}
+
 /// Re-labels the error of a helper lookup (e.g. resolving a link name) with
 /// the caller's operation and object.
 fn relabel(error: HostError, op: &'static str, object: &str) -> HostError {
@@ -167,12 +249,61 @@ fn relabel(error: HostError, op: &'static str, object: &str) -> HostError {
         HostError::Os {
             object: inner,
             source,
+            kernel_message,
             ..
         } => HostError::Os {
             op,
             object: format!("{object} (looking up {inner})"),
             source,
+            kernel_message,
         },
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attribute(kind: u16, value: &[u8]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
+        bytes.extend_from_slice(&kind.to_ne_bytes());
+        bytes.extend_from_slice(value);
+        bytes.resize((bytes.len() + 3) & !3, 0);
+        bytes
+    }
+
+    #[test]
+    fn extended_ack_message_follows_the_echoed_header() {
+        let mut payload = vec![0u8; 16];
+        payload[..4].copy_from_slice(&40u32.to_ne_bytes());
+        payload.extend(attribute(4, &7u32.to_ne_bytes()));
+        payload.extend(attribute(1, b"Invalid prefix for given prefix length\0"));
+        assert_eq!(
+            extended_ack_message(&payload, true).as_deref(),
+            Some("Invalid prefix for given prefix length")
+        );
+    }
+
+    #[test]
+    fn extended_ack_message_skips_an_uncapped_request() {
+        let mut payload = vec![0u8; 22];
+        payload[..4].copy_from_slice(&22u32.to_ne_bytes());
+        payload.resize(24, 0);
+        payload.extend(attribute(1, b"Unknown device type\0"));
+        assert_eq!(
+            extended_ack_message(&payload, false).as_deref(),
+            Some("Unknown device type")
+        );
+    }
+
+    #[test]
+    fn plain_errors_and_garbage_have_no_message() {
+        assert_eq!(extended_ack_message(&[0u8; 16], true), None);
+        assert_eq!(extended_ack_message(&[], true), None);
+        let mut truncated = vec![0u8; 16];
+        truncated.extend([200, 0, 1, 0, b'x']);
+        assert_eq!(extended_ack_message(&truncated, true), None);
     }
 }
