@@ -162,6 +162,9 @@ impl Netns {
     /// Runs `f` inside this namespace on a fresh OS thread and returns its
     /// result; the caller's thread never changes namespace. A panic in `f`
     /// is resumed on the caller's thread.
+    ///
+    /// It blocks until `f` returns: from async code, call it (and the
+    /// [`Netlink`](crate::Netlink) methods) inside `spawn_blocking`.
     pub fn run_in<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T> {
         const OP: &str = "enter netns";
         std::thread::scope(|scope| {

@@ -101,6 +101,18 @@ fn routes_add_list_delete_with_gateway_dev_metric() {
     }
     let err = nl.add_route(&on_link).unwrap_err();
     assert!(err.is_already_exists(), "{err}");
+    // Replacing is idempotent and can move the default route to another gateway.
+    nl.replace_route(&on_link).unwrap();
+    let moved_default = Route::default_via("10.0.2.3".parse().unwrap()).dev(eth0);
+    nl.replace_route(&moved_default).unwrap();
+    let defaults: Vec<Route> = nl
+        .routes(IpFamily::V4)
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.destination.prefix_len() == 0)
+        .collect();
+    assert_eq!(defaults, [moved_default]);
+    nl.replace_route(&default_v4).unwrap();
 
     let routes = nl.routes(IpFamily::V4).unwrap();
     assert!(routes.contains(&default_v4), "{routes:?}");

@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
@@ -191,6 +191,22 @@ impl Netlink {
         self.execute(
             RouteNetlinkMessage::NewRoute(message),
             NLM_F_CREATE | NLM_F_EXCL,
+            OP,
+            route,
+        )
+    }
+
+    /// Adds `route` or replaces the route with the same destination, table,
+    /// type of service and metric (`ip route replace`): idempotent.
+    pub fn replace_route(&mut self, route: &Route) -> Result<()> {
+        const OP: &str = "replace route";
+        route
+            .validate()
+            .map_err(|reason| HostError::invalid(OP, route.to_string(), reason))?;
+        let message = route_message(route, false);
+        self.execute(
+            RouteNetlinkMessage::NewRoute(message),
+            NLM_F_CREATE | NLM_F_REPLACE,
             OP,
             route,
         )
