@@ -1,49 +1,68 @@
-//! Group commit: writers of one process queue their operation; whoever holds the write
-//! connection runs every queued operation in one `BEGIN IMMEDIATE` transaction (each under its
-//! own savepoint, each with its own revision) and hands every caller its result after the
-//! commit. Under load one file lock and one WAL commit serve many writes; alone, a write is a
-//! transaction of its own.
+//! Group commit: one writer thread per opened store owns the write connection. Callers queue
+//! their operation and await the answer; the thread runs every queued operation in one
+//! `BEGIN IMMEDIATE` transaction (each under its own savepoint, each with its own revision)
+//! and answers after the commit. Under load one file lock and one WAL commit serve many writes;
+//! alone, a write is a transaction of its own.
 
-use std::collections::VecDeque;
-use std::sync::{Mutex, mpsc};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, mpsc};
 
 use rusqlite::{Connection, Transaction, TransactionBehavior};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use super::db::{backend, revision, trim};
 use crate::{Object, StoreError};
 
 /// Most operations committed together, so one transaction stays short.
-const MAX_BATCH: usize = 64;
+const MAX_BATCH: usize = 128;
 
 /// One write: given the transaction and the revision it gets, the object it stored or removed.
 /// A failed operation leaves nothing behind (its savepoint is rolled back).
 pub(super) type WriteOp = Box<dyn FnOnce(&Transaction<'_>, u64) -> Result<Object, StoreError> + Send>;
 
+type Answer = Result<Object, StoreError>;
+
 struct Pending {
     op: WriteOp,
-    reply: mpsc::SyncSender<Result<Object, StoreError>>,
+    reply: oneshot::Sender<Answer>,
 }
 
-/// The write side of the store.
+/// The write side of the store; the writer thread stops when this is dropped.
 pub(super) struct GroupCommit {
-    writer: Mutex<Connection>,
-    queue: Mutex<VecDeque<Pending>>,
+    queue: mpsc::Sender<Pending>,
     /// The last revision this process committed: wakes local watchers without waiting for a poll.
-    committed: watch::Sender<u64>,
+    committed: Arc<watch::Sender<u64>>,
+}
+
+/// What the writer thread needs besides its queue.
+struct WriterThread {
+    conn: Connection,
+    committed: Arc<watch::Sender<u64>>,
     trim_every: u64,
     retain_changes: u64,
 }
 
 impl GroupCommit {
-    pub(super) fn new(writer: Connection, revision: u64, trim_every: u64, retain_changes: u64) -> Self {
-        Self {
-            writer: Mutex::new(writer),
-            queue: Mutex::new(VecDeque::new()),
-            committed: watch::channel(revision).0,
+    /// Start the writer thread on `conn`.
+    pub(super) fn start(
+        conn: Connection,
+        revision: u64,
+        trim_every: u64,
+        retain_changes: u64,
+    ) -> Result<Self, StoreError> {
+        let (queue, pending) = mpsc::channel();
+        let committed = Arc::new(watch::channel(revision).0);
+        let mut writer = WriterThread {
+            conn,
+            committed: committed.clone(),
             trim_every: trim_every.max(1),
             retain_changes,
-        }
+        };
+        std::thread::Builder::new()
+            .name("weft-store-writer".into())
+            .spawn(move || writer.serve(pending))
+            .map_err(|e| StoreError::Unavailable(format!("starting the store writer thread: {e}")))?;
+        Ok(Self { queue, committed })
     }
 
     /// A receiver that changes whenever this process commits a write.
@@ -52,40 +71,37 @@ impl GroupCommit {
     }
 
     /// Run `op` in a committed transaction and return its result.
-    pub(super) fn submit(&self, op: WriteOp) -> Result<Object, StoreError> {
-        let (reply, result) = mpsc::sync_channel(1);
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(Pending { op, reply });
-        loop {
-            let mut conn = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-            // Leaders reply before they release the connection, so once we hold it our
-            // operation is either answered or still queued.
-            if let Ok(answer) = result.try_recv() {
-                return answer;
+    pub(super) async fn submit(&self, op: WriteOp) -> Answer {
+        let (reply, answer) = oneshot::channel();
+        let stopped = || StoreError::Backend("the store writer thread has stopped".into());
+        self.queue.send(Pending { op, reply }).map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+}
+
+impl WriterThread {
+    fn serve(&mut self, pending: mpsc::Receiver<Pending>) {
+        while let Ok(first) = pending.recv() {
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match pending.try_recv() {
+                    Ok(more) => batch.push(more),
+                    Err(_) => break,
+                }
             }
-            let batch: Vec<Pending> = {
-                let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-                let n = queue.len().min(MAX_BATCH);
-                queue.drain(..n).collect()
-            };
-            if batch.is_empty() {
-                return Err(StoreError::Backend("write was lost by the group commit".into()));
-            }
-            self.run(&mut conn, batch);
+            self.run(batch);
         }
     }
 
-    fn run(&self, conn: &mut Connection, batch: Vec<Pending>) {
+    fn run(&mut self, batch: Vec<Pending>) {
         let (ops, replies): (Vec<WriteOp>, Vec<_>) = batch.into_iter().map(|p| (p.op, p.reply)).unzip();
-        match self.transact(conn, ops) {
-            Ok((results, head)) => {
+        match self.transact(ops) {
+            Ok((answers, head)) => {
                 if let Some(head) = head {
                     self.committed.send_replace(head);
                 }
-                for (reply, result) in replies.into_iter().zip(results) {
-                    let _ = reply.send(result);
+                for (reply, answer) in replies.into_iter().zip(answers) {
+                    let _ = reply.send(answer);
                 }
             }
             Err(e) => {
@@ -96,39 +112,36 @@ impl GroupCommit {
         }
     }
 
-    /// Every op in one transaction; the per-op results and the new head revision if any op wrote.
-    #[allow(clippy::type_complexity)]
-    fn transact(
-        &self,
-        conn: &mut Connection,
-        ops: Vec<WriteOp>,
-    ) -> Result<(Vec<Result<Object, StoreError>>, Option<u64>), StoreError> {
-        let tx = conn
+    /// Every op in one transaction; the per-op answers and the new head revision if any op wrote.
+    fn transact(&mut self, ops: Vec<WriteOp>) -> Result<(Vec<Answer>, Option<u64>), StoreError> {
+        let tx = self
+            .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(backend("begin write"))?;
         let first = revision(&tx)?;
         let mut head = first;
         let isolate = ops.len() > 1;
-        let mut results = Vec::with_capacity(ops.len());
+        let mut answers = Vec::with_capacity(ops.len());
         for op in ops {
             if isolate {
                 statement(&tx, "SAVEPOINT weft_op")?;
             }
-            let result = op(&tx, head + 1);
+            let answer = catch_unwind(AssertUnwindSafe(|| op(&tx, head + 1)))
+                .unwrap_or_else(|_| Err(StoreError::Backend("a store write panicked".into())));
             if isolate {
-                if result.is_err() {
+                if answer.is_err() {
                     statement(&tx, "ROLLBACK TO weft_op")?;
                 }
                 statement(&tx, "RELEASE weft_op")?;
             }
-            if result.is_ok() {
+            if answer.is_ok() {
                 head += 1;
             }
-            results.push(result);
+            answers.push(answer);
         }
         if head == first {
             // Nothing succeeded: dropping the transaction rolls back whatever a lone op left.
-            return Ok((results, None));
+            return Ok((answers, None));
         }
         tx.prepare_cached("UPDATE weft_meta SET value = ?1 WHERE key = 'revision'")
             .and_then(|mut s| s.execute([head as i64]))
@@ -137,7 +150,7 @@ impl GroupCommit {
             trim(&tx, head, self.retain_changes)?;
         }
         tx.commit().map_err(backend("commit"))?;
-        Ok((results, Some(head)))
+        Ok((answers, Some(head)))
     }
 }
 

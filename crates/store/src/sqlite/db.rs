@@ -164,12 +164,12 @@ impl Db {
                 r.get(0)
             })
             .map_err(backend(&context))?;
-        let writes = GroupCommit::new(
+        let writes = GroupCommit::start(
             writer,
             revision as u64,
             options.trim_every,
             options.retain_changes,
-        );
+        )?;
         Ok(Self {
             path: path.to_path_buf(),
             options,
@@ -210,11 +210,11 @@ impl Db {
     }
 
     /// Run one write through the group commit.
-    fn write(
+    async fn write(
         &self,
         op: impl FnOnce(&Transaction<'_>, u64) -> Result<Object, StoreError> + Send + 'static,
     ) -> Result<Object, StoreError> {
-        self.writes.submit(Box::new(op))
+        self.writes.submit(Box::new(op)).await
     }
 
     pub(super) fn get(
@@ -243,7 +243,7 @@ impl Db {
         })
     }
 
-    pub(super) fn create(&self, ty: ResourceType, obj: Object) -> Result<Object, StoreError> {
+    pub(super) async fn create(&self, ty: ResourceType, obj: Object) -> Result<Object, StoreError> {
         semantics::check_identity(&ty, &obj)?;
         self.write(move |tx, next| {
             let ty = &ty;
@@ -266,9 +266,10 @@ impl Db {
             log(tx, &key, next, EVENT_ADDED, &body)?;
             Ok(stored)
         })
+        .await
     }
 
-    pub(super) fn update(
+    pub(super) async fn update(
         &self,
         ty: ResourceType,
         obj: Object,
@@ -297,47 +298,45 @@ impl Db {
                 }
             }
         })
+        .await
     }
 
-    pub(super) fn delete(
+    pub(super) async fn delete(
         &self,
         ty: ResourceType,
         namespace: Option<String>,
         name: String,
         precondition: Option<String>,
     ) -> Result<Option<Object>, StoreError> {
-        // Absent objects need no write lock (and no revision).
-        let key = RowKey::new(&ty, namespace.as_deref(), &name);
-        if self.read(|tx| fetch(tx, &key))?.is_none() {
-            return Ok(None);
-        }
-        let result = self.write(move |tx, next| {
-            let ty = &ty;
-            let key = RowKey::new(ty, namespace.as_deref(), &name);
-            let Some(stored) = fetch(tx, &key)? else {
-                return Err(StoreError::NotFound {
-                    kind: ty.kind.clone(),
-                    key: ty.key(namespace.as_deref(), &name),
-                });
-            };
-            Ok(
-                match semantics::deleted(ty, &stored, precondition.as_deref(), next)? {
-                    DeleteOutcome::Removed(last) => {
-                        remove(tx, &key)?;
-                        log(tx, &key, next, EVENT_DELETED, &encode(&last)?)?;
-                        last
-                    }
-                    DeleteOutcome::Terminating(next_obj) => {
-                        let body = encode(&next_obj)?;
-                        put(tx, &key, next, &body)?;
-                        log(tx, &key, next, EVENT_MODIFIED, &body)?;
-                        next_obj
-                    }
-                },
-            )
-        });
+        let result = self
+            .write(move |tx, next| {
+                let ty = &ty;
+                let key = RowKey::new(ty, namespace.as_deref(), &name);
+                let Some(stored) = fetch(tx, &key)? else {
+                    return Err(StoreError::NotFound {
+                        kind: ty.kind.clone(),
+                        key: ty.key(namespace.as_deref(), &name),
+                    });
+                };
+                Ok(
+                    match semantics::deleted(ty, &stored, precondition.as_deref(), next)? {
+                        DeleteOutcome::Removed(last) => {
+                            remove(tx, &key)?;
+                            log(tx, &key, next, EVENT_DELETED, &encode(&last)?)?;
+                            last
+                        }
+                        DeleteOutcome::Terminating(next_obj) => {
+                            let body = encode(&next_obj)?;
+                            put(tx, &key, next, &body)?;
+                            log(tx, &key, next, EVENT_MODIFIED, &body)?;
+                            next_obj
+                        }
+                    },
+                )
+            })
+            .await;
         match result {
-            // Deleted by someone else between the check and the write lock.
+            // Absent: nothing was written and no revision was used.
             Err(StoreError::NotFound { .. }) => Ok(None),
             other => other.map(Some),
         }

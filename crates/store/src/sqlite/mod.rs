@@ -110,18 +110,15 @@ impl Store for SqliteStore {
     }
 
     async fn create(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
-        let ty = ty.clone();
-        self.blocking(move |db| db.create(ty, obj)).await
+        self.db.create(ty.clone(), obj).await
     }
 
     async fn update(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
-        let ty = ty.clone();
-        self.blocking(move |db| db.update(ty, obj, false)).await
+        self.db.update(ty.clone(), obj, false).await
     }
 
     async fn update_status(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
-        let ty = ty.clone();
-        self.blocking(move |db| db.update(ty, obj, true)).await
+        self.db.update(ty.clone(), obj, true).await
     }
 
     async fn delete(
@@ -133,8 +130,7 @@ impl Store for SqliteStore {
     ) -> Result<Option<Object>, StoreError> {
         let (ty, namespace, name) = (ty.clone(), namespace.map(String::from), name.to_string());
         let precondition = precondition.map(String::from);
-        self.blocking(move |db| db.delete(ty, namespace, name, precondition))
-            .await
+        self.db.delete(ty, namespace, name, precondition).await
     }
 
     async fn watch(
