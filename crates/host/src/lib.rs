@@ -51,3 +51,15 @@ pub use netlink::route::{self, MAIN_TABLE, Route};
 pub use netns::{Netns, run_in};
 pub use sysctl::{read_sysctl, write_sysctl};
 pub use tap::{TapOptions, create_tap};
+
+#[cfg(test)]
+mod tests {
+    /// Handles are stored in shared state and moved between threads.
+    #[test]
+    fn handles_are_send_and_sync() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<crate::Netns>();
+        shareable::<crate::Netlink>();
+        shareable::<crate::HostError>();
+    }
+}
