@@ -15,6 +15,7 @@
 //! - [`sync_vm_to_vmi`] and [`is_restart_required`]: VM template changes.
 //! - [`setup`]: which networks the node agent wires (start, migration target, hot-plug,
 //!   unplug) and [`verify_migratable`].
+//! - [`plan_vmi_sync`]: all of the controller's per-sync decisions for a VMI with a pod.
 //! - [`render()`]: `weft vm render`.
 
 pub mod admission;
@@ -30,6 +31,7 @@ pub mod netstatus;
 pub mod render;
 pub mod setup;
 pub mod status;
+pub mod sync;
 
 pub use admission::{Cause, CauseType, validate, validate_create, validate_creation, validate_vm_create};
 pub use annotations::{
@@ -48,3 +50,4 @@ pub use netstatus::network_statuses;
 pub use render::{RenderError, render};
 pub use setup::verify_migratable;
 pub use status::{DomainReport, controller_status_interfaces, handler_status_interfaces};
+pub use sync::{PodView, VmiSyncPlan, plan_vmi_sync};
