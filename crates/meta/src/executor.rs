@@ -186,22 +186,50 @@ impl<'a, E: PluginExec> Executor<'a, E> {
         })
     }
 
-    /// DEL every delegate in reverse plan order, whatever fails; `cached` are the ADD results
-    /// in plan order when known (for `prevResult`).
+    /// DEL every delegate in reverse plan order (with parallelism: the secondaries
+    /// concurrently, then the master), whatever fails; `cached` are the ADD results in plan
+    /// order when known (for `prevResult`).
     pub fn del(
         &self,
         request: &AttachmentRequest,
         plans: &[DelegatePlan],
         cached: &[Option<CniResult>],
     ) -> Result<(), ExecutorError> {
-        let errors: Vec<(String, String)> = (0..plans.len())
-            .rev()
-            .filter_map(|i| {
-                self.del_one(request, &plans[i], cached.get(i).and_then(Option::as_ref))
-                    .err()
-                    .map(|e| (plans[i].display_name.clone(), e))
-            })
-            .collect();
+        let del = |i: usize| {
+            self.del_one(request, &plans[i], cached.get(i).and_then(Option::as_ref))
+                .err()
+                .map(|e| (plans[i].display_name.clone(), e))
+        };
+        let master_first = usize::from(plans.first().is_some_and(|p| p.is_master));
+        let errors: Vec<(String, String)> = if self.parallelism == 1 {
+            (0..plans.len()).rev().filter_map(del).collect()
+        } else {
+            // Secondaries concurrently, then the master last; errors in reverse plan order.
+            let slots: Vec<Mutex<Option<(String, String)>>> =
+                plans.iter().map(|_| Mutex::new(None)).collect();
+            let next = AtomicUsize::new(master_first);
+            std::thread::scope(|scope| {
+                for _ in 0..self.parallelism.min(plans.len().saturating_sub(master_first)) {
+                    scope.spawn(|| {
+                        loop {
+                            let i = next.fetch_add(1, Ordering::SeqCst);
+                            if i >= plans.len() {
+                                break;
+                            }
+                            *slots[i].lock().expect("slot lock") = del(i);
+                        }
+                    });
+                }
+            });
+            if master_first == 1 {
+                *slots[0].lock().expect("slot lock") = del(0);
+            }
+            slots
+                .into_iter()
+                .rev()
+                .filter_map(|s| s.into_inner().expect("slot lock"))
+                .collect()
+        };
         match errors.is_empty() {
             true => Ok(()),
             false => Err(ExecutorError::Delegates(errors)),

@@ -202,6 +202,14 @@ fn del_reaches_every_delegate_in_reverse_and_reports_all_errors() {
     let calls = cni.executor().calls.lock().unwrap().clone();
     let order: Vec<&str> = calls.iter().map(|c| c.2.as_str()).collect();
     assert_eq!(order, vec!["net2", "net1", "eth0"]);
+    let cni = runtime(FakeExec::default());
+    Executor::new(&cni, &NoRouteEditor)
+        .with_parallelism(4)
+        .del(&request, &plans, &[])
+        .unwrap();
+    let calls = cni.executor().calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 3);
+    assert_eq!(calls[2].2, "eth0", "the master goes last");
 }
 
 #[test]
