@@ -95,10 +95,10 @@ fn documents(doc: &str) -> Result<Vec<Value>, RenderError> {
 }
 
 fn typed<T: serde::de::DeserializeOwned>(index: usize, kind: &str, value: Value) -> Result<T, RenderError> {
-    serde_json::from_value(value).map_err(|e| RenderError::Invalid {
+    serde_path_to_error::deserialize(value).map_err(|e| RenderError::Invalid {
         index,
         kind: kind.into(),
-        message: e.to_string(),
+        message: format!("{}: {}", e.path(), e.inner()),
     })
 }
 

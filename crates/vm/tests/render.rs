@@ -185,6 +185,7 @@ fn bad_inputs_are_named() {
     ));
     let err = render("kind: VirtualMachineInstance\nspec: {networks: 3}\n").unwrap_err();
     assert!(err.to_string().contains("VirtualMachineInstance"), "{err}");
+    assert!(err.to_string().contains("spec.networks"), "{err}");
     assert!(matches!(render("{]"), Err(RenderError::Parse(_))));
     let unknown_plugin = r#"{"kind":"VirtualMachineInstance","spec":{"domain":{"devices":{"interfaces":[{"name":"default","binding":{"name":"nope"}}]}},"networks":[{"name":"default","pod":{}}]}}"#;
     let out = render(unknown_plugin).unwrap();
