@@ -8,6 +8,7 @@ pub mod cache;
 pub mod catalog;
 pub mod config;
 pub mod executor;
+pub mod flow;
 pub mod gateway;
 pub mod hotplug;
 pub mod install;
@@ -22,6 +23,7 @@ pub use cache::{CACHE_VERSION, CacheError, CacheRecord, DelDecision, decide_del,
 pub use catalog::{MemoryCatalog, NetworkCatalog, PathEntry};
 pub use config::{ConfigError, LogLevel, MetaConfig, parse_global_namespaces};
 pub use executor::{AddOutcome, Executor, ExecutorError, NoRouteEditor, RouteEditor};
+pub use flow::{AddDecision, AddError, DelPlan, PodLookup, decide_add, decide_del_plan, plan_error_code};
 pub use gateway::{DefaultRoutePlan, GatewayError, RouteAction, apply_route_action, plan_default_routes};
 pub use hotplug::{HotplugError, hotplug_diff, plan_hotplug_add, status_after_add, status_after_remove};
 pub use isolation::{IsolationError, check_isolation};
