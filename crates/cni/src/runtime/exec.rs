@@ -113,6 +113,10 @@ impl ProcessExec {
     }
 }
 
+/// Stdin up to this size fits in a pipe buffer (64 KiB on Linux), so writing it cannot block
+/// and needs no thread.
+const INLINE_STDIN: usize = 16 * 1024;
+
 /// How long to wait for the output pipes to close after the plugin exited (a daemon it
 /// started may keep them open).
 const PIPE_GRACE: Duration = Duration::from_millis(100);
@@ -150,11 +154,16 @@ impl PluginExec for ProcessExec {
         let started = Instant::now();
 
         let mut child_stdin = child.stdin.take().expect("stdin piped");
-        let input = stdin.to_vec();
         // A plugin that exits without reading stdin closes the pipe: that write error is moot.
-        thread::spawn(move || {
-            let _ = child_stdin.write_all(&input);
-        });
+        if stdin.len() <= INLINE_STDIN {
+            let _ = child_stdin.write_all(stdin);
+            drop(child_stdin);
+        } else {
+            let input = stdin.to_vec();
+            thread::spawn(move || {
+                let _ = child_stdin.write_all(&input);
+            });
+        }
         let (done_tx, done_rx) = mpsc::channel();
         let stdout = collect(child.stdout.take().expect("stdout piped"), done_tx.clone());
         let stderr = collect(child.stderr.take().expect("stderr piped"), done_tx);
@@ -231,7 +240,7 @@ fn wait_until(child: &mut Child, done: &mpsc::Receiver<()>, deadline: Instant) -
     loop {
         match child.try_wait() {
             Ok(Some(status)) => return Some(status),
-            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_micros(200)),
+            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_micros(20)),
             _ => return None,
         }
     }
@@ -280,6 +289,15 @@ mod tests {
         ];
         let out = ProcessExec::default().exec(&echo, &env, b"{\"x\":1}").unwrap();
         assert_eq!(out, b"ADD|eth0|{\"x\":1}");
+    }
+
+    #[test]
+    fn large_stdin_is_written_without_deadlock() {
+        let dir = tempfile::tempdir().unwrap();
+        let wc = script(dir.path(), "wc", "wc -c");
+        let input = vec![b'x'; 1 << 20];
+        let out = ProcessExec::default().exec(&wc, &[], &input).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap().trim(), (1 << 20).to_string());
     }
 
     #[test]
