@@ -103,6 +103,12 @@ impl CacheRecord {
         Ok(record)
     }
 
+    /// The attachment on `ifname` with its cached result (hot-unplug DELs exactly this).
+    pub fn attachment(&self, ifname: &str) -> Option<(&DelegatePlan, Option<&CniResult>)> {
+        let index = self.delegates.iter().position(|d| d.ifname == ifname)?;
+        Some((&self.delegates[index], self.result(index)))
+    }
+
     /// The record with a hot-plugged attachment added (its result once known).
     pub fn with_attachment(mut self, plan: DelegatePlan, result: Option<CniResult>) -> Self {
         self.results.resize(self.delegates.len(), None);

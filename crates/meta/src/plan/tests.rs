@@ -248,6 +248,8 @@ fn cache_round_trip_and_del_decisions() {
     assert_eq!(hot.results.len(), 1);
     let hot = hot.with_attachment(plans[1].clone(), None);
     assert_eq!((hot.delegates.len(), hot.results.len()), (2, 2));
+    assert_eq!(hot.attachment("net1").unwrap().0.display_name, "test/a");
+    assert!(hot.attachment("net9").is_none());
     // GC reaches every network with the attachments to keep.
     let other = CacheRecord::new(
         &AttachmentRequest {
