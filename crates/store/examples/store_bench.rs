@@ -121,6 +121,14 @@ fn main() {
     let mp = multi_process(path, processes, per_process);
     println!("creates, {processes} processes x {per_process} (incl. process start + open): sqlite {mp:.0}/s");
 
+    // What every short-lived process (the IPAM plugin) pays before its first operation.
+    let opens = 200;
+    let started = Instant::now();
+    for _ in 0..opens {
+        drop(SqliteStore::open(&mp_path).expect("open"));
+    }
+    println!("open of an existing store: {:?} each", started.elapsed() / opens);
+
     // The latency a single caller sees when nobody else writes.
     let single = in_process(
         SqliteStore::open(dir.path().join("single.db"))

@@ -4,6 +4,7 @@
 //! and answers after the commit. Under load one file lock and one WAL commit serve many writes;
 //! alone, a write is a transaction of its own.
 
+use std::fs::File;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, mpsc};
 
@@ -37,6 +38,9 @@ pub(super) struct GroupCommit {
 /// What the writer thread needs besides its queue.
 struct WriterThread {
     conn: Connection,
+    /// Writers of every process take this `flock` around their transaction: the kernel hands
+    /// it over the moment it is released, where SQLite's own lock makes waiters poll.
+    turn: File,
     committed: Arc<watch::Sender<u64>>,
     trim_every: u64,
     retain_changes: u64,
@@ -46,6 +50,7 @@ impl GroupCommit {
     /// Start the writer thread on `conn`.
     pub(super) fn start(
         conn: Connection,
+        turn: File,
         revision: u64,
         trim_every: u64,
         retain_changes: u64,
@@ -54,6 +59,7 @@ impl GroupCommit {
         let committed = Arc::new(watch::channel(revision).0);
         let mut writer = WriterThread {
             conn,
+            turn,
             committed: committed.clone(),
             trim_every: trim_every.max(1),
             retain_changes,
@@ -114,6 +120,7 @@ impl WriterThread {
 
     /// Every op in one transaction; the per-op answers and the new head revision if any op wrote.
     fn transact(&mut self, ops: Vec<WriteOp>) -> Result<(Vec<Answer>, Option<u64>), StoreError> {
+        let _turn = Turn::take(&self.turn)?;
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -151,6 +158,23 @@ impl WriterThread {
         }
         tx.commit().map_err(backend("commit"))?;
         Ok((answers, Some(head)))
+    }
+}
+
+/// Holding the cross-process writer turn; released on drop.
+struct Turn<'a>(&'a File);
+
+impl<'a> Turn<'a> {
+    fn take(file: &'a File) -> Result<Self, StoreError> {
+        file.lock()
+            .map_err(|e| StoreError::Unavailable(format!("taking the store writer lock: {e}")))?;
+        Ok(Self(file))
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
     }
 }
 

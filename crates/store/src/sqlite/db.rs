@@ -166,6 +166,7 @@ impl Db {
             .map_err(backend(&context))?;
         let writes = GroupCommit::start(
             writer,
+            open_turn_file(path)?,
             revision as u64,
             options.trim_every,
             options.retain_changes,
@@ -408,6 +409,18 @@ impl Db {
             Ok((events, seen))
         })
     }
+}
+
+/// The file whose `flock` orders writers across processes: `<store>-writer.lock`.
+fn open_turn_file(path: &Path) -> Result<std::fs::File, StoreError> {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-writer.lock");
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&name)
+        .map_err(|e| StoreError::Unavailable(format!("opening {}: {e}", Path::new(&name).display())))
 }
 
 fn ensure_schema(conn: &mut Connection) -> Result<(), StoreError> {
