@@ -194,8 +194,17 @@ async fn reserve_dynamic(
 ) -> Result<(IpReservation, bool), IpamError> {
     let range = &config.ranges[range_index];
     let api: Api<IpReservation> = Api::all(store.clone());
+    let mut homes: Vec<IpAddr> = Vec::with_capacity(HOME_SLOTS as usize);
     for slot in 0..HOME_SLOTS {
         let ip = home_address(range, &config.network, key, range_index, slot);
+        if !homes.contains(&ip) {
+            homes.push(ip);
+        }
+    }
+    // No read before the create: that keeps an allocation at one write (reading the homes first
+    // halves the embedded store's rate). The price: a retried ADD whose earlier home was freed
+    // since takes that one too; DEL reads every home and frees both (see `release`).
+    for ip in homes {
         let wanted = new_reservation(config, holder, claim, ip);
         // Two tries: the holder may release it between our create and our read.
         for _ in 0..2 {
@@ -366,15 +375,16 @@ pub async fn release(
         for slot in 0..HOME_SLOTS {
             let ip = home_address(range, &config.network, &key, i, slot);
             let name = reservation_name(&config.network, ip);
+            // Every slot is read, not just up to the first hit: a retried ADD that found an
+            // earlier slot freed in the meantime holds two, and DEL frees both.
             if let Some(r) = api.get(&name).await?
                 && r.spec.claim.is_none()
                 && r.held_by(container_id, ifname)
             {
-                if delete_if_unchanged(store, &r).await? {
+                if delete_if_unchanged(store, &r).await? && !freed.contains(&ip) {
                     freed.push(ip);
                 }
                 found = true;
-                break;
             }
         }
         every_range_found &= found;
