@@ -103,7 +103,9 @@ fn object(value: Value) -> JsonObject {
 }
 
 fn runtime_in(host: &Netns) -> CniRuntime<ProcessExec> {
-    CniRuntime::with_executor([PLUGIN_DIR], ProcessExec::in_netns(host.path()))
+    CniRuntime::new([PLUGIN_DIR])
+        .in_netns(host.path())
+        .with_timeout(std::time::Duration::from_secs(30))
 }
 
 fn attachment(pod: &Netns, container_id: &str, ifname: &str) -> RuntimeConf {
@@ -398,5 +400,47 @@ impl<E: PluginExec> PluginExec for Recording<E> {
             .unwrap_or_default();
         self.commands.lock().unwrap().push(command);
         self.inner.exec(binary, env, stdin)
+    }
+}
+
+#[test]
+fn legacy_versions_are_read_from_real_plugins() {
+    if !can_run_root_tests() {
+        return;
+    }
+    let host = Netns::new("host");
+    let pod = Netns::new("pod");
+    let state = tempfile::tempdir().unwrap();
+    let cni = runtime_in(&host);
+    for (index, version) in ["0.2.0", "0.3.1", "0.4.0"].into_iter().enumerate() {
+        let id = unique().replace('-', "");
+        let delegate = Delegate::from_bytes(
+            json!({"cniVersion": version, "name": format!("wtv{id}"), "type": "bridge", "bridge": format!("wtv{id}"),
+                   "ipam": {"type": "host-local", "dataDir": state.path(), "ranges": [[{"subnet": format!("10.217.{index}.0/24")}]]}})
+            .to_string()
+            .as_bytes(),
+        )
+        .unwrap();
+        let ifname = format!("eth{index}");
+        let runtime = attachment(&pod, &format!("ctr{id}"), &ifname);
+        let result = delegate
+            .add(&cni, &runtime)
+            .unwrap_or_else(|e| panic!("{version} ADD: {e}"));
+        assert_eq!(result.cni_version, version);
+        assert_eq!(
+            result.ips[0].address.to_string(),
+            format!("10.217.{index}.2/24"),
+            "{version}"
+        );
+        assert_eq!(
+            result.interfaces.is_empty(),
+            version == "0.2.0",
+            "{version}: interfaces only from 0.3.0"
+        );
+        assert!(pod.link(&ifname).is_some(), "{version}");
+        delegate
+            .del(&cni, &runtime, Some(&result))
+            .unwrap_or_else(|e| panic!("{version} DEL: {e}"));
+        assert!(pod.link(&ifname).is_none(), "{version}");
     }
 }

@@ -157,6 +157,18 @@ impl CniRuntime<ProcessExec> {
         runtime.versions = VersionCache::shared();
         runtime
     }
+
+    /// Kills plugins running longer than `timeout` (default 60 s).
+    pub fn with_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.executor.timeout = timeout;
+        self
+    }
+
+    /// Runs plugins inside the network namespace at `netns` (host-side links land there).
+    pub fn in_netns(mut self, netns: impl Into<PathBuf>) -> Self {
+        self.executor.netns = Some(netns.into());
+        self
+    }
 }
 
 impl<E: PluginExec> CniRuntime<E> {
