@@ -58,7 +58,7 @@ fn wait_for_check(state: &std::path::Path, vmi: &str, kind: &str, target: &str) 
 }
 
 fn exercise(state: &std::path::Path) {
-    let up = weft(state, &["up", "--timeout", "240"]);
+    let up = weft(state, &["up", "--nodes", "2", "--timeout", "240"]);
     assert!(up.status.success(), "weft up failed:\n{}", text(&up));
     assert!(
         String::from_utf8_lossy(&up.stdout).contains("vm1"),
@@ -99,7 +99,7 @@ fn exercise(state: &std::path::Path) {
     assert_eq!(ping["ok"], true, "{ping}");
     let wget = wait_for_check(state, "vm1", "wget", "http://172.31.255.254:8080/");
     assert_eq!(wget["ok"], true, "{wget}");
-    // The secondary bridge: a second launcher pod's guest reaches vm1's guest on `data`.
+    // The secondary bridge: a second launcher pod's guest (on the other node) reaches vm1's guest on `data`.
     let vm1_data_ip = data["ipAddress"].as_str().unwrap().to_string();
     let vm2 = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/vm.yaml"))
         .unwrap()
@@ -116,6 +116,9 @@ fn exercise(state: &std::path::Path) {
     assert!(applied.status.success(), "{}", text(&applied));
     let ping = wait_for_check(state, "vm2", "ping", &vm1_data_ip);
     assert_eq!(ping["ok"], true, "vm2 -> vm1 over the data network: {ping}");
+    // The least-loaded node took vm2: the ping crossed the VXLAN overlay between the nodes.
+    assert_eq!(vmi_json(state, "vm1")["status"]["nodeName"], "node1");
+    assert_eq!(vmi_json(state, "vm2")["status"]["nodeName"], "node2");
 }
 
 fn collect_logs(state: &std::path::Path) -> String {

@@ -249,3 +249,36 @@ pub async fn net_status(state: &Path, pod: &str, namespace: &str) -> anyhow::Res
     }
     Ok(0)
 }
+
+pub async fn ipam_list(state: &Path, network: Option<&str>) -> anyhow::Result<i32> {
+    let store = cluster::open_store(state)?;
+    let mut reservations = weft_store::Api::<weft_ipam::IpReservation>::all(store)
+        .list(&ListOptions::default())
+        .await?;
+    reservations.retain(|r| network.is_none_or(|n| r.spec.network == n));
+    reservations.sort_by(|a, b| (&a.spec.network, a.spec.ip).cmp(&(&b.spec.network, b.spec.ip)));
+    let header: Vec<String> = ["NETWORK", "IP", "HOLDER", "CONTAINER", "IFNAME", "NODE"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let rows: Vec<Vec<String>> = reservations
+        .iter()
+        .map(|r| {
+            let holder = match &r.spec.claim {
+                Some(claim) => format!("claim {claim}"),
+                None => format!("pod {}", r.spec.pod_ref),
+            };
+            let container: String = r.spec.container_id.chars().take(12).collect();
+            vec![
+                r.spec.network.clone(),
+                r.spec.ip.map(|ip| ip.to_string()).unwrap_or_default(),
+                holder,
+                container,
+                r.spec.ifname.clone(),
+                r.spec.node.clone(),
+            ]
+        })
+        .collect();
+    print!("{}", render_table(&header, &rows));
+    Ok(0)
+}

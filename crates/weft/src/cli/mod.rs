@@ -72,6 +72,9 @@ pub enum Command {
     /// Meta-plugin inspection.
     #[command(subcommand)]
     Net(NetCommand),
+    /// IPAM inspection.
+    #[command(subcommand)]
+    Ipam(IpamCommand),
     /// Run the node agent (thick CNI plugin, kubelet and launcher roles in the local cluster).
     Agent(crate::agent::AgentArgs),
     /// Run the controller (VMs, VMIs, launcher pods, IPAM claims, status).
@@ -86,6 +89,17 @@ pub enum VmCommand {
         /// File with a VirtualMachineInstance (and optionally its Pod and a KubeVirt object).
         #[arg(short = 'f', long = "filename")]
         file: PathBuf,
+    },
+}
+
+/// `weft ipam ...`
+#[derive(Debug, Subcommand)]
+pub enum IpamCommand {
+    /// Every reserved address: network, IP, and who holds it (pod attachment or claim).
+    List {
+        /// Only this network.
+        #[arg(long)]
+        network: Option<String>,
     },
 }
 
@@ -165,6 +179,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Net(NetCommand::Status { pod, namespace }) => {
             inspect::net_status(&state, &pod, &namespace).await
         }
+        Command::Ipam(IpamCommand::List { network }) => inspect::ipam_list(&state, network.as_deref()).await,
         Command::Agent(args) => crate::agent::run(&state, args).await,
         Command::Controller => crate::controller::run(&state).await,
     }

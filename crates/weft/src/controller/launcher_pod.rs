@@ -29,10 +29,28 @@ pub fn pod_name(vmi: &VirtualMachineInstance) -> String {
     format!("virt-launcher-{}-{suffix}", vmi.metadata.name)
 }
 
-/// The node with the fewest pods (ties: first by name).
-pub fn choose_node<'a>(nodes: &'a [String], pods_per_node: &BTreeMap<String, usize>) -> Option<&'a String> {
+/// Label every node carries with its name (what a `nodeSelector` usually names).
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
+/// The node a VMI's `spec.nodeSelector` pins it to, if it names one by hostname.
+pub fn selected_node(vmi: &VirtualMachineInstance) -> Option<String> {
+    vmi.spec
+        .extra
+        .get("nodeSelector")?
+        .get(HOSTNAME_LABEL)?
+        .as_str()
+        .map(String::from)
+}
+
+/// The node with the fewest pods among those allowed (`pinned`, when set; ties: first by name).
+pub fn choose_node<'a>(
+    nodes: &'a [String],
+    pods_per_node: &BTreeMap<String, usize>,
+    pinned: Option<&str>,
+) -> Option<&'a String> {
     nodes
         .iter()
+        .filter(|n| pinned.is_none_or(|p| p == n.as_str()))
         .min_by_key(|n| (pods_per_node.get(*n).copied().unwrap_or(0), (*n).clone()))
 }
 
@@ -116,8 +134,10 @@ mod tests {
         let nodes = vec!["node1".to_string(), "node2".to_string()];
         let mut load = BTreeMap::new();
         load.insert("node1".to_string(), 2);
-        assert_eq!(choose_node(&nodes, &load).unwrap(), "node2");
-        assert_eq!(choose_node(&[], &load), None);
+        assert_eq!(choose_node(&nodes, &load, None).unwrap(), "node2");
+        assert_eq!(choose_node(&nodes, &load, Some("node1")).unwrap(), "node1");
+        assert_eq!(choose_node(&nodes, &load, Some("node9")), None);
+        assert_eq!(choose_node(&[], &load, None), None);
     }
 
     #[test]
@@ -126,5 +146,20 @@ mod tests {
         vmi.metadata.name = "vm1".into();
         vmi.metadata.uid = Some("abc12-345".into());
         assert_eq!(pod_name(&vmi), "virt-launcher-vm1-abc12");
+    }
+}
+
+#[cfg(test)]
+mod selector_tests {
+    use super::*;
+
+    #[test]
+    fn node_selector_by_hostname_pins_the_node() {
+        let vmi: VirtualMachineInstance = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "vm1", "namespace": "default"},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": "node2"}, "domain": {"devices": {}}}
+        }))
+        .unwrap();
+        assert_eq!(selected_node(&vmi).as_deref(), Some("node2"));
     }
 }

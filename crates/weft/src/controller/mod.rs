@@ -157,6 +157,20 @@ async fn reconcile(store: &Arc<dyn Store>) -> anyhow::Result<()> {
             tracing::warn!(vmi = %vmi.metadata.name, "{e:#}");
         }
     }
+    // VMIs whose owning VM is gone (Kubernetes' garbage collector would delete them).
+    let live_vms: BTreeSet<&str> = vms.iter().filter_map(|v| v.metadata.uid.as_deref()).collect();
+    for vmi in &vmis {
+        let orphaned = vmi
+            .metadata
+            .owner_references
+            .iter()
+            .any(|o| o.kind == VirtualMachine::KIND && !live_vms.contains(o.uid.as_str()));
+        if orphaned && vmi.metadata.deletion_timestamp.is_none() {
+            Api::<VirtualMachineInstance>::namespaced(store.clone(), vmi.namespace())
+                .delete(&vmi.metadata.name)
+                .await?;
+        }
+    }
     // Launcher pods whose VMI is gone.
     let live: BTreeSet<&str> = vmis.iter().filter_map(|v| v.metadata.uid.as_deref()).collect();
     for pod in &pods {
@@ -349,8 +363,12 @@ async fn create_launcher_pod(store: &Arc<dyn Store>, vmi: &VirtualMachineInstanc
     {
         *load.entry(pod.spec.node_name.clone()).or_insert(0usize) += 1;
     }
-    let node = launcher_pod::choose_node(&nodes, &load)
-        .context("no node to run the VM on")?
+    let pinned = launcher_pod::selected_node(vmi);
+    let node = launcher_pod::choose_node(&nodes, &load, pinned.as_deref())
+        .with_context(|| match &pinned {
+            Some(node) => format!("spec.nodeSelector: node {node} does not exist"),
+            None => "no node to run the VM on".to_string(),
+        })?
         .clone();
     let mut annotations = weft_vm::launcher_pod_annotations(vmi, &weft_vm::ClusterConfig::default())
         .map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -210,7 +210,7 @@ pub fn checks_summary(report: &weft_guest::GuestReport) -> String {
 /// Update the VMI's status from the domain and the guest agent's reports: interfaces, the
 /// `Ready` condition (the guest has leased every NIC), and the guest's check results.
 pub async fn report(agent: &Arc<Agent>, namespace: &str, state: &mut LauncherState) -> anyhow::Result<()> {
-    let guest_report = state.guest.as_ref().and_then(|g| g.report().ok());
+    let guest_report = state.guest.as_mut().and_then(|g| g.report().ok());
     let report = domain_report(state, guest_report.as_ref());
     let no_guest = state.guest.is_none();
     let ready = no_guest || guest_report.as_ref().is_some_and(|r| r.ready);

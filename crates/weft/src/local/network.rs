@@ -6,8 +6,7 @@ use std::process::Command;
 
 use anyhow::Context;
 use ipnet::IpNet;
-use weft_host::netlink::link::Vxlan;
-use weft_host::{Netlink, Netns};
+use weft_host::{FLOOD_MAC, FdbEntry, Netlink, Netns, Vxlan};
 
 use super::processes;
 use super::topology::{DATA_BRIDGE, DATA_VNI, REMOTE_HTTP_PORT, Topology, UNDERLAY_PREFIX_LEN};
@@ -77,18 +76,13 @@ pub async fn create(topology: &Topology) -> anyhow::Result<()> {
         nl.set_up(VXLAN_DEV)?;
         // Head-end replication: flood unknown destinations to every other node's VTEP.
         for peer in topology.nodes.iter().filter(|p| p.name != node.name) {
-            let status = ns
-                .spawn(Command::new("bridge").args([
-                    "fdb",
-                    "append",
-                    "00:00:00:00:00:00",
-                    "dev",
-                    VXLAN_DEV,
-                    "dst",
-                    &peer.underlay_ip.to_string(),
-                ]))?
-                .wait()?;
-            anyhow::ensure!(status.success(), "bridge fdb append on {} failed", node.name);
+            nl.append_fdb(
+                VXLAN_DEV,
+                FdbEntry {
+                    mac: FLOOD_MAC,
+                    remote: IpAddr::V4(peer.underlay_ip),
+                },
+            )?;
         }
     }
     Ok(())
