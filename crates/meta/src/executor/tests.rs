@@ -253,3 +253,39 @@ fn check_status_and_gc_reach_every_network() {
     let checks = calls.iter().filter(|c| c.0 == "CHECK").count();
     assert_eq!(checks, 3);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    #[test]
+    fn rollback_is_complete_whatever_fails_and_however_parallel(
+        count in 0usize..6,
+        fail_at in proptest::option::of(0usize..6),
+        parallelism in 1usize..4,
+    ) {
+        let names: Vec<&str> = (0..count)
+            .map(|i| if Some(i) == fail_at { "bad" } else { ["a", "b", "c", "d"][i % 4] })
+            .collect();
+        let (request, plans) = plans(&names.join(","));
+        let cni = runtime(FakeExec::default());
+        let outcome = Executor::new(&cni, &NoRouteEditor).with_parallelism(parallelism).add(&request, &plans);
+        let calls = cni.executor().calls.lock().unwrap().clone();
+        let added: Vec<usize> = calls.iter().filter(|c| c.0 == "ADD")
+            .map(|c| plans.iter().position(|p| p.ifname == c.2).unwrap()).collect();
+        let deleted: Vec<usize> = calls.iter().filter(|c| c.0 == "DEL")
+            .map(|c| plans.iter().position(|p| p.ifname == c.2).unwrap()).collect();
+        match outcome {
+            Ok(outcome) => {
+                proptest::prop_assert!(fail_at.is_none_or(|f| f >= count));
+                proptest::prop_assert!(deleted.is_empty());
+                proptest::prop_assert_eq!(outcome.results.len(), plans.len());
+            }
+            Err(_) => {
+                // Everything added is deleted exactly once, in reverse plan order.
+                let mut expected = added.clone();
+                expected.sort_unstable_by(|a, b| b.cmp(a));
+                proptest::prop_assert_eq!(deleted, expected);
+                proptest::prop_assert_eq!(added[0], 0, "the master always runs first");
+            }
+        }
+    }
+}
