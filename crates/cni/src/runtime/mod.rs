@@ -21,7 +21,7 @@ use crate::config::{AnyNetworkConfig, ConfigError, JsonObject, NetworkConfig, Ne
 use crate::convert::{ResultError, parse_result, result_to_value};
 use crate::error::{CniError, codes};
 use crate::plugin::GcAttachment;
-use crate::request::CniCommand;
+use crate::request::{CniCommand, RequestEnv};
 use crate::result::CniResult;
 use crate::version::{CniVersion, VersionReply, negotiate};
 
@@ -41,6 +41,20 @@ pub struct RuntimeConf {
     /// Capability arguments (`mac`, `ips`, `portMappings`, ...); each plugin receives in
     /// `runtimeConfig` only those it declares in `capabilities`.
     pub capability_args: JsonObject,
+}
+
+impl RuntimeConf {
+    /// The attachment of a request as received (container id, netns, ifname, args), with no
+    /// capability args.
+    pub fn from_request(request: &RequestEnv) -> Self {
+        Self {
+            container_id: request.container_id.clone(),
+            netns: request.netns.clone(),
+            ifname: request.ifname.clone(),
+            args: request.args.clone(),
+            capability_args: JsonObject::new(),
+        }
+    }
 }
 
 /// Why running a delegate failed.
