@@ -109,17 +109,36 @@ pub fn generate_thick_config(
     out
 }
 
+/// How the generated configuration refers to the primary network configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrimaryReference {
+    /// `clusterNetwork: <path>`: the agent reads the file byte-for-byte at every ADD (picks up
+    /// edits of the primary; `defaultNetworks` work, as they need `clusterNetwork`).
+    Path,
+    /// `delegates: [<primary>]`: the primary's JSON embedded verbatim (key order kept), no file
+    /// read at ADD (Multus thin style).
+    Embedded,
+}
+
 /// weft's `00-weft.conflist`: a list wrapping the thick plugin entry, in the primary's
-/// `cniVersion` (the runtime then speaks the same version to us as to the primary before).
-/// The primary is referenced by path and read byte-for-byte at every ADD, so none of its
-/// fields is lost (Multus issue #1449).
+/// `cniVersion` (the runtime then speaks the same version to us as to the primary before),
+/// with the union of the primary's true capabilities and the daemon's generator options.
+/// Either way no field of the primary is lost (Multus issue #1449).
 pub fn generate_weft_conflist(
     daemon: &Map<String, Value>,
     primary_path: &str,
     primary: &DelegateConfig,
+    reference: PrimaryReference,
 ) -> String {
     let mut plugin =
         generate_thick_config(daemon, WEFT_PLUGIN_TYPE, Some(primary_path), Some(primary), false);
+    if reference == PrimaryReference::Embedded {
+        plugin.remove("clusterNetwork");
+        plugin.insert(
+            "delegates".into(),
+            Value::Array(vec![Value::Object(primary.to_value())]),
+        );
+    }
     let version = match primary.cni_version() {
         "" => plugin.get("cniVersion").cloned().unwrap_or(Value::from("1.0.0")),
         v => Value::from(v),

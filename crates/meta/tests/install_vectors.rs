@@ -3,8 +3,8 @@
 use serde_json::{Map, Value};
 use weft_cni::CniResult;
 use weft_meta::install::{
-    ThinOptions, find_primary_config, generate_thick_config, generate_thin_config, generate_weft_conflist,
-    overlay_daemon_config,
+    PrimaryReference, ThinOptions, find_primary_config, generate_thick_config, generate_thin_config,
+    generate_weft_conflist, overlay_daemon_config,
 };
 use weft_meta::{status_after_add, status_after_remove};
 use weft_netconf::{DelegateConfig, NetworkSelectionElement, NetworkStatus};
@@ -85,7 +85,12 @@ fn weft_conflist_keeps_the_primary_by_path_and_its_version() {
     let daemon: Map<String, Value> =
         serde_json::from_str(r#"{"cniVersion":"0.4.0","namespaceIsolation":true,"socketDir":"/run/weft"}"#)
             .unwrap();
-    let text = generate_weft_conflist(&daemon, "/etc/cni/net.d/10-calico.conflist", &primary);
+    let text = generate_weft_conflist(
+        &daemon,
+        "/etc/cni/net.d/10-calico.conflist",
+        &primary,
+        PrimaryReference::Path,
+    );
     let got: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(got["cniVersion"], "1.0.0");
     assert_eq!(got["name"], "multus-cni-network");
@@ -95,6 +100,18 @@ fn weft_conflist_keeps_the_primary_by_path_and_its_version() {
     assert_eq!(plugin["capabilities"]["portMappings"], true);
     assert_eq!(plugin["namespaceIsolation"], true);
     assert!(plugin.get("socketDir").is_none());
+
+    let text = generate_weft_conflist(&daemon, "/x", &primary, PrimaryReference::Embedded);
+    let got: Value = serde_json::from_str(&text).unwrap();
+    let plugin = &got["plugins"][0];
+    assert!(plugin.get("clusterNetwork").is_none());
+    assert_eq!(
+        plugin["delegates"][0]["plugins"][0]["kubernetes"]["kubeconfig"],
+        "/k"
+    );
+    // The generated file is itself a valid meta-plugin configuration with the primary as master.
+    let config = weft_meta::MetaConfig::from_map(plugin.as_object().unwrap().clone()).unwrap();
+    assert_eq!(config.delegates[0].text(), primary.text());
 }
 
 #[test]
