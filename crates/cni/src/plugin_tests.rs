@@ -160,3 +160,14 @@ fn bad_input_codes() {
     assert_eq!(out["code"], 4);
     assert!(out["msg"].as_str().unwrap().contains("CNI_COMMAND"));
 }
+
+proptest::proptest! {
+    #[test]
+    fn dispatch_never_panics(stdin in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200), command in "ADD|DEL|CHECK|STATUS|GC|VERSION|X") {
+        let outcome = dispatch(&Echo, env(&command), &stdin);
+        if outcome.exit_code != 0 {
+            let error: CniError = serde_json::from_slice(&outcome.stdout).unwrap();
+            proptest::prop_assert!(error.code != 0 && !error.cni_version.is_empty());
+        }
+    }
+}

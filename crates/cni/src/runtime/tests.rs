@@ -387,3 +387,20 @@ fn legacy_plugin_results_are_converted() {
     assert_eq!(adds[0].stdin["cniVersion"], "0.2.0");
     assert_eq!(adds[1].stdin["prevResult"]["cniVersion"], "1.0.0");
 }
+
+#[test]
+fn a_crash_without_a_cni_error_becomes_code_100_with_stderr() {
+    let error = plugin_failure(
+        "bridge",
+        CniCommand::Add,
+        ExecError::Failed {
+            status: ExitStatus::from_raw(11),
+            stdout: b"panic: runtime error".to_vec(),
+            stderr: b"goroutine 1\n".to_vec(),
+        },
+    );
+    let cni_error = error.to_cni_error();
+    assert_eq!(cni_error.code, codes::DELEGATE_FAILED);
+    assert!(cni_error.msg.contains("signal"), "{cni_error:?}");
+    assert_eq!(cni_error.details, "panic: runtime error; stderr: goroutine 1");
+}
