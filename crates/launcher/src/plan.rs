@@ -552,3 +552,184 @@ impl WiringPlan {
 fn undo_ops(steps: &[WiringStep]) -> Vec<Op> {
     steps.iter().rev().flat_map(|s| s.undo.iter().cloned()).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn link(addresses: &[&str], routes: &[(&str, Option<&str>)]) -> PodLink {
+        PodLink {
+            name: "pod16477688c0e".to_string(),
+            index: 7,
+            mac: MacAddress([0x0a, 0x58, 0, 0, 0, 1]),
+            mtu: 1400,
+            addresses: addresses.iter().map(|a| a.parse().unwrap()).collect(),
+            routes: routes
+                .iter()
+                .map(|(d, g)| PodRoute {
+                    destination: d.parse().unwrap(),
+                    gateway: g.map(|g| g.parse().unwrap()),
+                })
+                .collect(),
+        }
+    }
+
+    fn bridge_request(pod_link: PodLink, index: usize) -> WiringRequest {
+        WiringRequest {
+            binding: Binding::Bridge,
+            pod_iface: pod_link.name.clone(),
+            primary: false,
+            interface_index: index,
+            pod_link,
+            guest_mac: None,
+            vm_cidrs: VmNetworkCidrs::default(),
+            tap: TapSettings {
+                owner: TapOwner { uid: 107, gid: 107 },
+                queues: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn bridge_without_ipv4_has_no_lease_fake_ip_or_arp_ignore() {
+        let plan = plan_wiring(&bridge_request(link(&["fd00::5/64"], &[]), 2)).unwrap();
+        assert_eq!(plan.lease, None);
+        assert!(plan.pod_ips.is_empty());
+        assert!(
+            !plan
+                .steps
+                .iter()
+                .any(|s| matches!(s.op, Op::Sysctl { .. } | Op::AddAddresses { .. }))
+        );
+        assert_eq!(plan.names.tap, "tap16477688c0e");
+    }
+
+    #[test]
+    fn bridge_with_ipv4_and_no_route_fails_naming_the_interface() {
+        let err = plan_wiring(&bridge_request(link(&["10.1.0.5/24"], &[]), 0)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "no gateway address found in routes for pod16477688c0e"
+        );
+    }
+
+    #[test]
+    fn guest_mac_wins_over_the_pod_mac() {
+        let mut request = bridge_request(link(&["10.1.0.5/24"], &[("0.0.0.0/0", Some("10.1.0.1"))]), 0);
+        request.guest_mac = Some(MacAddress([2, 0, 0, 0, 0, 9]));
+        let plan = plan_wiring(&request).unwrap();
+        assert_eq!(plan.guest_mac, MacAddress([2, 0, 0, 0, 0, 9]));
+        assert_eq!(
+            plan.lease.unwrap().client_mac,
+            Some(MacAddress([2, 0, 0, 0, 0, 9]))
+        );
+    }
+
+    #[test]
+    fn bad_requests_are_refused_with_the_field() {
+        let mut request = bridge_request(link(&[], &[]), 100);
+        assert_eq!(
+            plan_wiring(&request).unwrap_err(),
+            PlanError::InterfaceIndexTooLarge(100)
+        );
+        request.pod_iface = "eth1".to_string();
+        assert!(
+            plan_wiring(&request)
+                .unwrap_err()
+                .to_string()
+                .contains("pod link (eth1) is missing")
+        );
+        let mut long = bridge_request(link(&[], &[]), 0);
+        long.pod_link.name = "custom-iface".to_string();
+        long.pod_iface = "custom-iface".to_string();
+        long.primary = true;
+        let err = plan_wiring(&long).unwrap_err().to_string();
+        assert!(err.contains("k6t-custom-iface"), "{err}");
+        let mut masquerade = bridge_request(link(&["10.1.0.5/24"], &[]), 0);
+        masquerade.binding = Binding::Masquerade(NatOptions::default());
+        masquerade.vm_cidrs.ipv4 = "10.0.2.0/31".parse().unwrap();
+        assert!(
+            plan_wiring(&masquerade)
+                .unwrap_err()
+                .to_string()
+                .contains("VM CIDR subnet is too small")
+        );
+    }
+
+    fn arb_link() -> impl Strategy<Value = PodLink> {
+        (
+            proptest::collection::vec((any::<[u8; 4]>(), 8u8..=30), 0..3),
+            proptest::collection::vec(
+                (any::<[u8; 4]>(), 0u8..=32, proptest::option::of(any::<[u8; 4]>())),
+                0..4,
+            ),
+            68u32..=9000,
+        )
+            .prop_map(|(addresses, routes, mtu)| PodLink {
+                name: "eth0".to_string(),
+                index: 2,
+                mac: MacAddress([0x0a, 0x58, 0, 0, 0, 1]),
+                mtu,
+                addresses: addresses
+                    .into_iter()
+                    .map(|(a, p)| IpNet::V4(Ipv4Net::new(a.into(), p).unwrap()))
+                    .collect(),
+                routes: routes
+                    .into_iter()
+                    .map(|(d, p, g)| PodRoute {
+                        destination: IpNet::V4(Ipv4Net::new(d.into(), p).unwrap().trunc()),
+                        gateway: g.map(|g| IpAddr::V4(g.into())),
+                    })
+                    .collect(),
+            })
+    }
+
+    proptest! {
+        /// Whatever the pod link looks like, every link a plan creates is deleted by its
+        /// teardown, the pod interface gets its name, MAC, addresses and routes back, and a
+        /// rollback after any step undoes exactly a prefix of the teardown's work.
+        #[test]
+        fn teardown_undoes_every_creation(link in arb_link(), masquerade in any::<bool>()) {
+            let binding = if masquerade { Binding::Masquerade(NatOptions::default()) } else { Binding::Bridge };
+            let request = WiringRequest {
+                binding,
+                pod_iface: "eth0".to_string(),
+                primary: true,
+                interface_index: 0,
+                pod_link: link.clone(),
+                guest_mac: None,
+                vm_cidrs: VmNetworkCidrs::default(),
+                tap: TapSettings { owner: TapOwner { uid: 0, gid: 0 }, queues: 4 },
+            };
+            let Ok(plan) = plan_wiring(&request) else { return Ok(()) };
+            let created: BTreeSet<&String> = plan.steps.iter().filter_map(|s| match &s.op {
+                Op::CreateBridge { name, .. } | Op::CreateTap { name, .. } => Some(name),
+                _ => None,
+            }).collect();
+            let teardown = plan.teardown();
+            let deleted: BTreeSet<&String> = teardown.iter().filter_map(|op| match op {
+                Op::DeleteLink { name } => Some(name),
+                _ => None,
+            }).collect();
+            prop_assert_eq!(created, deleted);
+            if !masquerade {
+                let rename_back = Op::Rename { from: "eth0-nic".into(), to: "eth0".into() };
+                let restore_mac = Op::SetMac { link: "eth0-nic".into(), mac: link.mac };
+                let restore_addresses = Op::AddAddresses { link: "eth0-nic".into(), addresses: link.addresses.clone() };
+                let restore_routes = Op::AddRoutes { link: "eth0".into(), routes: link.routes.clone() };
+                for op in [rename_back, restore_mac, restore_addresses, restore_routes] {
+                    prop_assert!(teardown.contains(&op), "{:?} missing", op);
+                }
+                prop_assert_eq!(teardown.last(), Some(&Op::DeleteLink { name: "k6t-eth0".into() }));
+            }
+            for applied in 0..=plan.steps.len() {
+                let rollback = plan.rollback(applied);
+                prop_assert!(teardown.ends_with(&rollback));
+            }
+        }
+    }
+}
