@@ -237,6 +237,15 @@ impl MetaConfig {
         })
     }
 
+    /// The paths (`clusterNetwork` / `defaultNetworks` entries with a `/`) a
+    /// [`crate::NetworkCatalog`] must be able to answer for.
+    pub fn static_paths(&self) -> Vec<&str> {
+        std::iter::once(self.cluster_network.as_str())
+            .chain(self.default_networks.iter().map(String::as_str))
+            .filter(|v| v.contains('/'))
+            .collect()
+    }
+
     /// True when `namespace` gets no `defaultNetworks`.
     pub fn is_system_namespace(&self, namespace: &str) -> bool {
         self.system_namespaces.iter().any(|n| n == namespace)
@@ -271,6 +280,14 @@ mod tests {
         assert_eq!(c.log_level, LogLevel::Debug);
         let c = MetaConfig::parse(br#"{"clusterNetwork":"x","logLevel":"info"}"#).unwrap();
         assert_eq!(c.log_level, LogLevel::Panic);
+    }
+
+    #[test]
+    fn static_paths_are_the_slash_entries() {
+        let c =
+            MetaConfig::parse(br#"{"clusterNetwork":"/etc/cni/net.d","defaultNetworks":["a","/x/b.conf"]}"#)
+                .unwrap();
+        assert_eq!(c.static_paths(), vec!["/etc/cni/net.d", "/x/b.conf"]);
     }
 
     #[test]

@@ -62,6 +62,14 @@ pub enum ExecutorError {
     Delegates(Vec<(String, String)>),
 }
 
+impl ExecutorError {
+    /// The CNI error for the runtime (code 100, delegate failed; the message names the
+    /// network(s)).
+    pub fn to_cni_error(&self) -> weft_cni::CniError {
+        weft_cni::CniError::new(weft_cni::codes::DELEGATE_FAILED, self.to_string())
+    }
+}
+
 fn rollback_suffix(errors: &[(String, String)]) -> String {
     if errors.is_empty() {
         return String::new();
