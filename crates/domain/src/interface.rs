@@ -480,3 +480,111 @@ impl HostDev {
         crate::xml::to_xml("hostdev", self)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::xml::from_xml;
+
+    #[test]
+    fn models_and_queues() {
+        assert_eq!(model_name(None, false), "virtio-non-transitional");
+        assert_eq!(model_name(Some("virtio"), true), "virtio-transitional");
+        assert_eq!(model_name(Some("e1000e"), true), "e1000e");
+        let opts = ConvertOptions {
+            network_interface_multiqueue: true,
+            vcpus: 300,
+            ..ConvertOptions::default()
+        };
+        assert_eq!(queue_count(&opts), 256);
+        assert_eq!(
+            queue_count(&ConvertOptions {
+                vcpus: 8,
+                ..ConvertOptions::default()
+            }),
+            0
+        );
+    }
+
+    #[test]
+    fn launch_security_forces_iommu_and_rom_off() {
+        let opts = ConvertOptions {
+            launch_security: true,
+            ..ConvertOptions::default()
+        };
+        let mut iface = VmiInterface::new("default", InterfaceBinding::Masquerade);
+        iface.boot_order = Some(1);
+        let converted = convert_interface(&iface, &opts).unwrap().unwrap();
+        let driver = converted.driver.unwrap();
+        assert_eq!(
+            (driver.name, driver.queues, driver.iommu.as_deref()),
+            (None, None, Some("on"))
+        );
+        assert_eq!(converted.rom.unwrap().enabled, "no");
+    }
+
+    #[test]
+    fn passt_with_istio_excludes_envoy_ports() {
+        let iface = VmiInterface::new("default", InterfaceBinding::Passt);
+        let opts = ConvertOptions {
+            istio: true,
+            ..ConvertOptions::default()
+        };
+        let converted = convert_interface(&iface, &opts).unwrap().unwrap();
+        assert_eq!(converted.kind, "vhostuser");
+        let tcp = &converted.port_forward[0];
+        assert_eq!(tcp.ranges.len(), 10);
+        assert!(tcp.ranges.iter().all(|r| r.exclude.as_deref() == Some("yes")));
+        assert!(
+            converted.port_forward[1].ranges.is_empty(),
+            "udp forwards everything"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn pci_addresses_round_trip(d in 0u16.., b in 0u8.., s in 0u8..32, f in 0u8..8) {
+            let text = format!("{d:04x}:{b:02x}:{s:02x}.{f:x}");
+            let address = pci_address(&text).unwrap();
+            let back = format!(
+                "{}:{}:{}.{}",
+                &address.domain[2..], &address.bus[2..], &address.slot[2..], &address.function[2..]
+            );
+            prop_assert_eq!(back, text);
+        }
+
+        #[test]
+        fn pci_address_parser_never_panics(text in ".{0,20}") {
+            let _ = pci_address(&text);
+        }
+
+        /// Every converted interface renders to XML that parses back to the same element.
+        #[test]
+        fn interface_xml_round_trips(
+            name in "[a-z][a-z0-9-]{0,20}",
+            boot in proptest::option::of(1u32..10),
+            acpi in proptest::option::of(0u32..10),
+            down in any::<bool>(),
+            multiqueue in any::<bool>(),
+            vcpus in 1u32..512,
+            mtu in 68u32..9000,
+        ) {
+            let mut iface = VmiInterface::new(&name, InterfaceBinding::Bridge);
+            iface.boot_order = boot;
+            iface.acpi_index = acpi;
+            iface.state = if down { InterfaceState::Down } else { InterfaceState::Up };
+            let opts = ConvertOptions { network_interface_multiqueue: multiqueue, vcpus, ..ConvertOptions::default() };
+            let pods = BTreeMap::from([(name.clone(), PodInterface {
+                pod_iface: "pod16477688c0e".to_string(),
+                tap: Some("tap16477688c0e".to_string()),
+                mac: "02:00:00:00:00:01".to_string(),
+                mtu,
+            })]);
+            let interface = domain_interfaces(&[iface], &opts, &pods).unwrap().remove(0);
+            let xml = interface.to_xml().unwrap();
+            prop_assert_eq!(from_xml::<Interface>("interface", &xml).unwrap(), interface);
+        }
+    }
+}
