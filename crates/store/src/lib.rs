@@ -6,6 +6,7 @@
 //! Typed access goes through [`Api`] for any type implementing [`Resource`].
 
 mod api;
+mod cached;
 #[cfg(feature = "testing")]
 pub mod conformance;
 mod error;
@@ -20,6 +21,7 @@ mod sqlite;
 mod store;
 
 pub use api::{Api, TypedEvent};
+pub use cached::CachedStore;
 pub use error::StoreError;
 #[cfg(feature = "kube")]
 pub use kubernetes::KubeStore;

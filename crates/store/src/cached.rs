@@ -1,0 +1,372 @@
+//! A read-through cache in front of any store (the reflector / informer pattern): selected
+//! kinds are listed once and kept current by a watch, so the hot path (the agent's CNI
+//! requests reading pods and NADs) never makes an API round trip for a read. Writes go to the
+//! backend and are reflected into the cache when the store confirms them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use tokio::sync::watch;
+
+use crate::{ListOptions, Object, ObjectList, ResourceType, Store, StoreError, WatchEvent, WatchStream};
+
+type Key = (String, String); // namespace, name
+
+#[derive(Default)]
+struct Shelf {
+    objects: BTreeMap<Key, Object>,
+    resource_version: String,
+}
+
+/// A store that serves reads of the cached kinds from memory.
+pub struct CachedStore {
+    inner: Arc<dyn Store>,
+    shelves: HashMap<ResourceType, Arc<RwLock<Shelf>>>,
+    synced: HashMap<ResourceType, watch::Receiver<bool>>,
+}
+
+fn key_of(obj: &Object) -> Key {
+    (
+        obj.metadata.namespace.clone().unwrap_or_default(),
+        obj.metadata.name.clone(),
+    )
+}
+
+fn newer(a: &Object, b: &Object) -> bool {
+    let rv = |o: &Object| {
+        o.metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    match (rv(a), rv(b)) {
+        (Some(a), Some(b)) => a >= b,
+        _ => true,
+    }
+}
+
+impl CachedStore {
+    /// Cache `kinds` (each optionally narrowed by a selector, e.g. pods of this node) in front
+    /// of `inner`. Starts one list+watch task per kind on the current tokio runtime.
+    pub fn new(inner: Arc<dyn Store>, kinds: Vec<(ResourceType, ListOptions)>) -> Self {
+        let mut shelves = HashMap::new();
+        let mut synced = HashMap::new();
+        for (ty, opts) in kinds {
+            let shelf = Arc::new(RwLock::new(Shelf::default()));
+            let (tx, rx) = watch::channel(false);
+            tokio::spawn(reflect(inner.clone(), ty.clone(), opts, shelf.clone(), tx));
+            shelves.insert(ty.clone(), shelf);
+            synced.insert(ty, rx);
+        }
+        Self {
+            inner,
+            shelves,
+            synced,
+        }
+    }
+
+    /// Wait until every cached kind has been listed once (or `timeout` passes).
+    pub async fn wait_synced(&self, timeout: Duration) -> Result<(), StoreError> {
+        let wait = async {
+            for rx in self.synced.values() {
+                let mut rx = rx.clone();
+                while !*rx.borrow() {
+                    if rx.changed().await.is_err() {
+                        break;
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait)
+            .await
+            .map_err(|_| StoreError::Unavailable(format!("cache not synced within {timeout:?}")))
+    }
+
+    fn shelf(&self, ty: &ResourceType) -> Option<&Arc<RwLock<Shelf>>> {
+        let synced = self.synced.get(ty).is_some_and(|rx| *rx.borrow());
+        self.shelves.get(ty).filter(|_| synced)
+    }
+
+    fn remember(&self, ty: &ResourceType, obj: &Object) {
+        if let Some(shelf) = self.shelves.get(ty) {
+            let mut shelf = shelf.write().unwrap_or_else(|e| e.into_inner());
+            let key = key_of(obj);
+            if shelf.objects.get(&key).is_none_or(|old| newer(obj, old)) {
+                shelf.objects.insert(key, obj.clone());
+            }
+        }
+    }
+
+    fn forget(&self, ty: &ResourceType, obj: &Object) {
+        if let Some(shelf) = self.shelves.get(ty) {
+            shelf
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .objects
+                .remove(&key_of(obj));
+        }
+    }
+}
+
+async fn reflect(
+    inner: Arc<dyn Store>,
+    ty: ResourceType,
+    opts: ListOptions,
+    shelf: Arc<RwLock<Shelf>>,
+    synced: watch::Sender<bool>,
+) {
+    loop {
+        let list = match inner.list(&ty, None, &opts).await {
+            Ok(list) => list,
+            Err(e) => {
+                tracing::warn!(kind = %ty.kind, "cache list failed: {e}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        {
+            let mut shelf = shelf.write().unwrap_or_else(|e| e.into_inner());
+            shelf.objects = list.items.iter().map(|o| (key_of(o), o.clone())).collect();
+            shelf.resource_version = list.resource_version.clone();
+        }
+        let _ = synced.send(true);
+        let mut stream = match inner.watch(&ty, None, &opts, Some(&list.resource_version)).await {
+            Ok(stream) => stream,
+            Err(e) => {
+                tracing::warn!(kind = %ty.kind, "cache watch failed: {e}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        while let Some(event) = stream.next().await {
+            let Ok(event) = event else { break };
+            let mut shelf = shelf.write().unwrap_or_else(|e| e.into_inner());
+            match event {
+                WatchEvent::Added(o) | WatchEvent::Modified(o) => {
+                    shelf.resource_version = o.metadata.resource_version.clone().unwrap_or_default();
+                    shelf.objects.insert(key_of(&o), o);
+                }
+                WatchEvent::Deleted(o) => {
+                    shelf.objects.remove(&key_of(&o));
+                }
+            }
+        }
+        if synced.is_closed() {
+            return;
+        }
+    }
+}
+
+#[async_trait]
+impl Store for CachedStore {
+    async fn get(
+        &self,
+        ty: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Object>, StoreError> {
+        match self.shelf(ty) {
+            Some(shelf) => {
+                let key = (ns.unwrap_or("").to_string(), name.to_string());
+                Ok(shelf
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .objects
+                    .get(&key)
+                    .cloned())
+            }
+            None => self.inner.get(ty, ns, name).await,
+        }
+    }
+
+    async fn list(
+        &self,
+        ty: &ResourceType,
+        ns: Option<&str>,
+        opts: &ListOptions,
+    ) -> Result<ObjectList, StoreError> {
+        match self.shelf(ty) {
+            Some(shelf) => {
+                let shelf = shelf.read().unwrap_or_else(|e| e.into_inner());
+                let items = shelf
+                    .objects
+                    .values()
+                    .filter(|o| {
+                        ns.is_none_or(|ns| o.metadata.namespace.as_deref() == Some(ns)) && opts.matches(o)
+                    })
+                    .cloned()
+                    .collect();
+                Ok(ObjectList {
+                    items,
+                    resource_version: shelf.resource_version.clone(),
+                })
+            }
+            None => self.inner.list(ty, ns, opts).await,
+        }
+    }
+
+    async fn create(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
+        let created = self.inner.create(ty, obj).await?;
+        self.remember(ty, &created);
+        Ok(created)
+    }
+
+    async fn update(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
+        let updated = self.inner.update(ty, obj).await?;
+        self.remember(ty, &updated);
+        Ok(updated)
+    }
+
+    async fn update_status(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
+        let updated = self.inner.update_status(ty, obj).await?;
+        self.remember(ty, &updated);
+        Ok(updated)
+    }
+
+    async fn delete(
+        &self,
+        ty: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        precondition: Option<&str>,
+    ) -> Result<Option<Object>, StoreError> {
+        let deleted = self.inner.delete(ty, ns, name, precondition).await?;
+        if let Some(obj) = &deleted {
+            if obj.metadata.deletion_timestamp.is_some() && !obj.metadata.finalizers.is_empty() {
+                self.remember(ty, obj);
+            } else {
+                self.forget(ty, obj);
+            }
+        }
+        Ok(deleted)
+    }
+
+    async fn watch(
+        &self,
+        ty: &ResourceType,
+        ns: Option<&str>,
+        opts: &ListOptions,
+        resource_version: Option<&str>,
+    ) -> Result<WatchStream, StoreError> {
+        self.inner.watch(ty, ns, opts, resource_version).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStore;
+    use serde_json::json;
+
+    fn pods() -> ResourceType {
+        ResourceType::new("v1", "Pod", "pods", true)
+    }
+
+    fn pod(name: &str, node: &str) -> Object {
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"}, "spec": {"nodeName": node}}))
+        .unwrap()
+    }
+
+    /// Counts reads that reach the backend.
+    struct Counting {
+        inner: MemoryStore,
+        reads: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait]
+    impl Store for Counting {
+        async fn get(
+            &self,
+            ty: &ResourceType,
+            ns: Option<&str>,
+            name: &str,
+        ) -> Result<Option<Object>, StoreError> {
+            self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.inner.get(ty, ns, name).await
+        }
+        async fn list(
+            &self,
+            ty: &ResourceType,
+            ns: Option<&str>,
+            o: &ListOptions,
+        ) -> Result<ObjectList, StoreError> {
+            self.inner.list(ty, ns, o).await
+        }
+        async fn create(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
+            self.inner.create(ty, obj).await
+        }
+        async fn update(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
+            self.inner.update(ty, obj).await
+        }
+        async fn update_status(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
+            self.inner.update_status(ty, obj).await
+        }
+        async fn delete(
+            &self,
+            ty: &ResourceType,
+            ns: Option<&str>,
+            n: &str,
+            p: Option<&str>,
+        ) -> Result<Option<Object>, StoreError> {
+            self.inner.delete(ty, ns, n, p).await
+        }
+        async fn watch(
+            &self,
+            ty: &ResourceType,
+            ns: Option<&str>,
+            o: &ListOptions,
+            rv: Option<&str>,
+        ) -> Result<WatchStream, StoreError> {
+            self.inner.watch(ty, ns, o, rv).await
+        }
+    }
+
+    #[tokio::test]
+    async fn reads_are_served_from_the_cache_and_follow_changes() {
+        let backend = Arc::new(Counting {
+            inner: MemoryStore::new(),
+            reads: Default::default(),
+        });
+        backend.create(&pods(), pod("a", "node1")).await.unwrap();
+        backend.create(&pods(), pod("other", "node2")).await.unwrap();
+        let cached = CachedStore::new(
+            backend.clone(),
+            vec![(pods(), ListOptions::default().field("spec.nodeName", "node1"))],
+        );
+        cached.wait_synced(Duration::from_secs(5)).await.unwrap();
+        assert!(cached.get(&pods(), Some("default"), "a").await.unwrap().is_some());
+        assert!(
+            cached
+                .get(&pods(), Some("default"), "other")
+                .await
+                .unwrap()
+                .is_none(),
+            "outside the selector"
+        );
+        assert_eq!(
+            backend.reads.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "no backend GET on the hot path"
+        );
+
+        // A change made by someone else arrives through the watch.
+        backend.create(&pods(), pod("b", "node1")).await.unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while cached.get(&pods(), Some("default"), "b").await.unwrap().is_none() {
+            assert!(tokio::time::Instant::now() < deadline, "watch did not deliver");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Our own writes are visible at once.
+        let mut a = cached.get(&pods(), Some("default"), "a").await.unwrap().unwrap();
+        a.metadata.annotations.insert("k".into(), "v".into());
+        cached.update_status(&pods(), a).await.unwrap();
+        let a = cached.get(&pods(), Some("default"), "a").await.unwrap().unwrap();
+        assert_eq!(a.metadata.annotation("k"), Some("v"));
+        cached.delete(&pods(), Some("default"), "a", None).await.unwrap();
+        assert!(cached.get(&pods(), Some("default"), "a").await.unwrap().is_none());
+    }
+}
