@@ -187,9 +187,14 @@ impl Store for MemoryStore {
             }
         };
         drop(state);
-        let live = tokio_stream_from(receiver).filter_map(move |(rv, event)| {
-            let keep = rv > from && selected(&ty, ns.as_deref(), &opts, event.object());
-            async move { keep.then_some(Ok(event)) }
+        let live = tokio_stream_from(receiver).filter_map(move |item| {
+            let item = match item {
+                Ok((rv, event)) => {
+                    (rv > from && selected(&ty, ns.as_deref(), &opts, event.object())).then_some(Ok(event))
+                }
+                Err(e) => Some(Err(e)),
+            };
+            async move { item }
         });
         Ok(futures::stream::iter(backlog.into_iter().map(Ok))
             .chain(live)
@@ -226,14 +231,22 @@ impl MemoryStore {
     }
 }
 
-/// A broadcast receiver as a stream; a lagging receiver ends the stream (callers re-list).
+/// A broadcast receiver as a stream. A receiver that fell too far behind gets
+/// [`StoreError::Expired`] and the stream ends (callers re-list).
 fn tokio_stream_from<T: Clone + Send + 'static>(
     receiver: broadcast::Receiver<T>,
-) -> impl futures::Stream<Item = T> + Send + 'static {
-    futures::stream::unfold(receiver, |mut rx| async move {
+) -> impl futures::Stream<Item = Result<T, StoreError>> + Send + 'static {
+    futures::stream::unfold(Some(receiver), |rx| async move {
+        let mut rx = rx?;
         match rx.recv().await {
-            Ok(item) => Some((item, rx)),
-            Err(_) => None,
+            Ok(item) => Some((Ok(item), Some(rx))),
+            Err(broadcast::error::RecvError::Lagged(missed)) => Some((
+                Err(StoreError::Expired(format!(
+                    "the watch fell {missed} changes behind; re-list and watch again"
+                ))),
+                None,
+            )),
+            Err(broadcast::error::RecvError::Closed) => None,
         }
     })
 }
@@ -365,5 +378,27 @@ mod tests {
             });
         }
         assert_eq!(seen, ["+a", "+b", "-a"]);
+    }
+
+    #[tokio::test]
+    async fn a_watch_that_falls_behind_ends_with_expired() {
+        let store = MemoryStore::new();
+        let mut stream = store
+            .watch(&pods(), None, &ListOptions::default(), Some("0"))
+            .await
+            .unwrap();
+        for i in 0..5000 {
+            store.create(&pods(), pod(&format!("p{i}"))).await.unwrap();
+        }
+        let mut delivered = 0;
+        let err = loop {
+            match stream.next().await.expect("an error before the end") {
+                Ok(_) => delivered += 1,
+                Err(e) => break e,
+            }
+        };
+        assert!(err.is_expired(), "{err}");
+        assert!(delivered < 5000);
+        assert!(stream.next().await.is_none());
     }
 }

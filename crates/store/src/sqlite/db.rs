@@ -138,6 +138,9 @@ fn open_connection(path: &Path, options: &SqliteOptions) -> Result<Connection, S
     .map_err(backend(&context))?;
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(backend(&context))?;
+    // After a checkpoint, a WAL that grew under a burst shrinks back to this size.
+    conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)
+        .map_err(backend(&context))?;
     conn.set_prepared_statement_cache_capacity(32);
     Ok(conn)
 }
