@@ -342,3 +342,34 @@ fn failed_apply_rolls_back() -> Result<()> {
     assert_eq!(ns.snapshot()?, before);
     Ok(())
 }
+
+/// Teardown after the CNI plugin already deleted the pod veth (DEL order reversed): the missing
+/// link is not an error and weft's own links still go.
+#[test]
+fn teardown_after_the_pod_link_is_gone() -> Result<()> {
+    if !is_root() {
+        eprintln!("skipping: needs root (CAP_NET_ADMIN)");
+        return Ok(());
+    }
+    let ns = TestNetns::new()?;
+    pod_interfaces(&ns)?;
+    let mut backend = NetlinkBackend::open(ns.path())?;
+    let plan = plan_wiring(&request(&mut backend, Binding::Bridge, "pod16477688c0e", 1)?)?;
+    apply(&mut backend, &plan)?;
+    // A persisted plan (the agent's cache) tears down after a restart just the same.
+    let plan: weft_launcher::WiringPlan = serde_json::from_str(&serde_json::to_string(&plan)?)?;
+    ns.ip(&["link", "del", "wt-peer1"])?; // takes its peer, the renamed pod veth, with it
+    teardown(&mut backend, &plan)?;
+    for gone in [
+        "k6t-16477688c0e",
+        "tap16477688c0e",
+        "16477688c0e-nic",
+        "pod16477688c0e",
+    ] {
+        assert!(
+            ns.ip(&["link", "show", "dev", gone]).is_err(),
+            "{gone} left behind"
+        );
+    }
+    Ok(())
+}
