@@ -11,7 +11,7 @@ use crate::allocator::Holder;
 use crate::error::IpamError;
 
 /// Environment variables naming the node the runtime runs on, in order of preference.
-pub const NODE_NAME_VARS: [&str; 2] = ["NODENAME", "KUBERNETES_NODE_NAME"];
+pub const NODE_NAME_VARS: [&str; 3] = ["WEFT_NODE_NAME", "NODENAME", "KUBERNETES_NODE_NAME"];
 
 /// One IPAM plugin invocation.
 #[derive(Clone, Debug)]
@@ -38,7 +38,7 @@ impl IpamRequest {
     }
 
     /// Parse from an environment lookup and stdin bytes (for tests and in-process callers);
-    /// the node comes from `NODENAME` or `KUBERNETES_NODE_NAME`.
+    /// the node comes from the first of [`NODE_NAME_VARS`] that is set.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>, stdin: &[u8]) -> Result<Self, IpamError> {
         let node = NODE_NAME_VARS
             .iter()
