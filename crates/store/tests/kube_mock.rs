@@ -427,3 +427,27 @@ async fn connection_failures_are_unavailable() {
     assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
     server.await.unwrap();
 }
+
+#[tokio::test]
+async fn kubeconfig_constructor_and_refused_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(
+        &path,
+        "apiVersion: v1\nkind: Config\ncurrent-context: test\n\
+         clusters: [{name: test, cluster: {server: \"http://127.0.0.1:1\"}}]\n\
+         users: [{name: test, user: {}}]\n\
+         contexts: [{name: test, context: {cluster: test, user: test, namespace: ns}}]\n",
+    )
+    .unwrap();
+    let store = KubeStore::from_kubeconfig(&path).await.unwrap();
+    let err = store.get(&pods(), Some("ns"), "a").await.unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+
+    let missing = dir.path().join("missing");
+    let err = KubeStore::from_kubeconfig(&missing)
+        .await
+        .err()
+        .expect("no such file");
+    assert!(err.to_string().contains("missing"), "{err}");
+}

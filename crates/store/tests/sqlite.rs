@@ -244,3 +244,46 @@ impl SpawnOutput for Command {
         std::thread::spawn(move || child.wait_with_output().expect("child output"))
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writes_get_dense_unique_revisions_in_watch_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let mut stream = store
+        .watch(&pods(), None, &ListOptions::default(), Some("0"))
+        .await
+        .unwrap();
+    // Half of these creates collide, so batches mix failures with successes.
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut won = Vec::new();
+                for i in 0..40 {
+                    let name = format!("p{}", (t / 2) * 40 + i);
+                    if let Ok(o) = store.create(&pods(), pod("ns", &name, "x", "n1")).await {
+                        won.push(o.metadata.resource_version.unwrap().parse::<u64>().unwrap());
+                    }
+                }
+                won
+            })
+        })
+        .collect();
+    let mut revisions = Vec::new();
+    for task in tasks {
+        revisions.extend(task.await.unwrap());
+    }
+    revisions.sort();
+    assert_eq!(
+        revisions,
+        (1..=160).collect::<Vec<u64>>(),
+        "one revision per successful write, no gaps"
+    );
+    for expected in 1..=160u64 {
+        let event = next_event(&mut stream).await;
+        assert_eq!(
+            event.object().metadata.resource_version.as_deref(),
+            Some(expected.to_string().as_str())
+        );
+    }
+}
