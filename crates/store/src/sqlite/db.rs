@@ -1,5 +1,6 @@
-//! The blocking side of the SQLite store: connections, schema and one short transaction per
-//! operation. Everything here runs on a blocking thread, never on an async worker.
+//! The SQL side of the SQLite store: connections, schema, reads (each a read transaction on a
+//! pooled connection, run on a blocking thread) and the write operations (closures the writer
+//! thread of [`super::commit`] runs inside its transaction). Nothing here runs on an async worker.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

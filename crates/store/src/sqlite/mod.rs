@@ -22,8 +22,10 @@ use db::Db;
 /// Tuning of a [`SqliteStore`]; the defaults suit every weft component.
 #[derive(Clone, Debug)]
 pub struct SqliteOptions {
-    /// How long a write waits for another process's write lock before failing with
-    /// [`StoreError::Unavailable`].
+    /// How long a write waits for SQLite's write lock before failing with
+    /// [`StoreError::Unavailable`]. weft processes first take turns on an `flock` of
+    /// `<store>-writer.lock`, held only for one transaction and released by the kernel if its
+    /// holder dies, so this wait only matters for writers that are not weft (an `sqlite3` shell).
     pub busy_timeout: Duration,
     /// How often a watch looks for changes written by other processes.
     pub poll_interval: Duration,
