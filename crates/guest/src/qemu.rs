@@ -544,6 +544,11 @@ mod tests {
             .args(["-c", "sleep 30", &marker])
             .spawn()
             .unwrap();
+        // QEMU writes its pidfile after exec; here, wait for the exec to show in /proc.
+        let cmdline = format!("/proc/{}/cmdline", guest.id());
+        while !std::fs::read(&cmdline).unwrap().starts_with(b"sh\0") {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         std::fs::write(spec.pidfile(), guest.id().to_string()).unwrap();
         assert!(stop_by_pidfile(&spec).unwrap());
         assert!(!guest.wait().unwrap().success());
