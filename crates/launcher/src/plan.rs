@@ -35,6 +35,9 @@ pub enum Binding {
     Bridge,
     /// L3: the guest sits behind NAT on a private VM network.
     Masquerade(NatOptions),
+    /// A binding plugin with `domainAttachmentType: managedTap` (§7.6): the bridge binding's
+    /// links without the fake bridge address, and no DHCP (the plugin configures the guest).
+    ManagedTap,
 }
 
 /// Owner of the TAP device (0 for root VMIs, 107 for non-root ones).
@@ -284,7 +287,7 @@ pub fn plan_wiring(request: &WiringRequest) -> Result<WiringPlan, PlanError> {
         });
     }
     let names = LinkNames::derive(&request.pod_iface, request.primary);
-    let renamed_used = matches!(request.binding, Binding::Bridge);
+    let renamed_used = matches!(request.binding, Binding::Bridge | Binding::ManagedTap);
     for name in [&request.pod_iface, &names.tap, &names.bridge]
         .into_iter()
         .chain(renamed_used.then_some(&names.renamed_pod_nic))
@@ -297,7 +300,8 @@ pub fn plan_wiring(request: &WiringRequest) -> Result<WiringPlan, PlanError> {
         }
     }
     match &request.binding {
-        Binding::Bridge => plan_bridge(request, names),
+        Binding::Bridge => plan_bridge(request, names, true),
+        Binding::ManagedTap => plan_bridge(request, names, false),
         Binding::Masquerade(options) => plan_masquerade(request, names, options),
     }
 }
@@ -339,7 +343,8 @@ fn sysctl(key: &str) -> WiringStep {
     )
 }
 
-fn plan_bridge(request: &WiringRequest, names: LinkNames) -> Result<WiringPlan, PlanError> {
+/// The bridge binding, and (without `dhcp`: no fake bridge address, no lease) managedTap.
+fn plan_bridge(request: &WiringRequest, names: LinkNames, dhcp: bool) -> Result<WiringPlan, PlanError> {
     let link = &request.pod_link;
     let pod = request.pod_iface.clone();
     let (bridge, nic) = (names.bridge.clone(), names.renamed_pod_nic.clone());
@@ -352,9 +357,12 @@ fn plan_bridge(request: &WiringRequest, names: LinkNames) -> Result<WiringPlan, 
         },
         vec![Op::DeleteLink { name: bridge.clone() }],
     )];
-    let fake_ip = fake_bridge_ip(request.interface_index)
-        .ok_or(PlanError::InterfaceIndexTooLarge(request.interface_index))?;
-    if pod_ipv4.is_some() {
+    // The fake bridge address is the DHCP server's source; managedTap runs no server.
+    let fake_ip = dhcp
+        .then(|| fake_bridge_ip(request.interface_index))
+        .map(|ip| ip.ok_or(PlanError::InterfaceIndexTooLarge(request.interface_index)))
+        .transpose()?;
+    if let (Some(fake_ip), Some(_)) = (fake_ip, pod_ipv4) {
         steps.push(step(
             Op::AddAddresses {
                 link: bridge.clone(),
@@ -430,15 +438,18 @@ fn plan_bridge(request: &WiringRequest, names: LinkNames) -> Result<WiringPlan, 
     }
 
     let guest_mac = request.guest_mac.unwrap_or(link.mac);
-    let lease = bridge_lease(
-        &bridge,
-        fake_ip.addr(),
-        guest_mac,
-        pod_ipv4,
-        &link.routes,
-        &request.pod_iface,
-        mtu16(link.mtu),
-    )?;
+    let lease = match fake_ip {
+        Some(fake_ip) => bridge_lease(
+            &bridge,
+            fake_ip.addr(),
+            guest_mac,
+            pod_ipv4,
+            &link.routes,
+            &request.pod_iface,
+            mtu16(link.mtu),
+        )?,
+        None => None,
+    };
     Ok(WiringPlan {
         pod_iface: pod,
         names,
@@ -626,6 +637,30 @@ mod tests {
         assert_eq!(
             plan.lease.unwrap().client_mac,
             Some(MacAddress([2, 0, 0, 0, 0, 9]))
+        );
+    }
+
+    #[test]
+    fn managed_tap_is_bridge_without_fake_ip_or_lease() {
+        let mut request = bridge_request(link(&["10.1.0.5/24"], &[]), 0);
+        request.binding = Binding::ManagedTap;
+        let plan = plan_wiring(&request).unwrap();
+        assert_eq!(plan.lease, None, "no DHCP, so no gateway needed either");
+        assert!(
+            !plan
+                .steps
+                .iter()
+                .any(|s| matches!(&s.op, Op::AddAddresses { link, .. } if link.starts_with("k6t-")))
+        );
+        assert!(plan.steps.iter().any(|s| s.op
+            == Op::Rename {
+                from: "pod16477688c0e".into(),
+                to: "16477688c0e-nic".into()
+            }));
+        assert!(
+            plan.steps
+                .iter()
+                .any(|s| matches!(&s.op, Op::Sysctl { key, .. } if key == SYSCTL_ARP_IGNORE))
         );
     }
 
