@@ -282,7 +282,7 @@ async fn reserve_exact(
     })
 }
 
-/// Reserve any free address of `range`, starting from a random offset.
+/// Reserve any free address of `range`, chosen at random (see [`AddressRange::choose_free`]).
 async fn reserve_any(
     store: &Arc<dyn Store>,
     config: &IpamConfig,
@@ -294,9 +294,8 @@ async fn reserve_any(
     let api: Api<IpReservation> = Api::all(store.clone());
     let mut taken: HashSet<IpAddr> = existing.iter().filter_map(|r| r.spec.ip).collect();
     for attempt in 1..=MAX_ATTEMPTS {
-        let start = range.start_offset(rand::random::<u128>());
         let ip = range
-            .pick_free(&taken, start)
+            .choose_free(&taken, rand::random::<u128>())
             .ok_or_else(|| IpamError::Exhausted {
                 network: config.network.clone(),
                 range: range.subnet(),

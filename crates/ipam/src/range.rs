@@ -264,6 +264,36 @@ impl AddressRange {
     }
 }
 
+/// Below this many free addresses, [`AddressRange::choose_free`] picks uniformly among them.
+const ENUMERATE_FREE_BELOW: u128 = 4096;
+
+impl AddressRange {
+    /// A free address (not in `taken`) chosen from `random`, or `None` when exhausted.
+    ///
+    /// In a sparse range: the first free address from a random start (O(|taken|)). When few
+    /// addresses are left: uniformly among the free ones, so that concurrent allocators chasing
+    /// the last addresses spread out instead of all trying the same next free one. Enumerating
+    /// is cheap then: the range has at most |taken| + 4096 usable addresses.
+    pub fn choose_free(&self, taken: &HashSet<IpAddr>, random: u128) -> Option<IpAddr> {
+        let taken_here = taken.iter().filter(|ip| self.contains(**ip)).count() as u128;
+        let free = self.usable_count().saturating_sub(taken_here);
+        if free == 0 {
+            return None;
+        }
+        if free > ENUMERATE_FREE_BELOW {
+            return self.pick_free(taken, self.start_offset(random));
+        }
+        let candidates: Vec<IpAddr> = self
+            .offsets_from(self.first)
+            .map(|off| self.address_at(off))
+            .filter(|ip| !taken.contains(ip))
+            .collect();
+        candidates
+            .get((random % candidates.len().max(1) as u128) as usize)
+            .copied()
+    }
+}
+
 fn normalise_holes(mut holes: Vec<(u128, u128)>, first: u128, last: u128) -> Vec<(u128, u128)> {
     holes.retain(|(lo, hi)| *hi >= first && *lo <= last);
     for h in &mut holes {

@@ -162,6 +162,21 @@ proptest! {
     }
 
     #[test]
+    fn choose_free_picks_a_free_usable_address_or_reports_exhaustion(
+        (subnet, exclude, gw, random) in small_v4(),
+        taken_offsets in prop::collection::vec(any::<u16>(), 0..1200),
+    ) {
+        let Ok(r) = AddressRange::new(subnet, None, None, &exclude, gw) else { return Ok(()) };
+        let size = 1u128 << (32 - subnet.prefix_len());
+        let taken: HashSet<IpAddr> = taken_offsets.iter().map(|o| r.address_at(*o as u128 % size)).collect();
+        let free_exists = r.offsets_from(0).any(|o| !taken.contains(&r.address_at(o)));
+        match r.choose_free(&taken, random) {
+            Some(a) => { prop_assert!(r.contains(a)); prop_assert!(!taken.contains(&a)); }
+            None => prop_assert!(!free_exists),
+        }
+    }
+
+    #[test]
     fn large_ipv6_ranges_hand_out_only_members(
         prefix in 0u8..=120, base in any::<u128>(), start in any::<u128>(),
         excl_prefix in 64u8..=128,
