@@ -451,3 +451,23 @@ async fn kubeconfig_constructor_and_refused_connections() {
         .expect("no such file");
     assert!(err.to_string().contains("missing"), "{err}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_closed_at_once_is_reissued_after_a_pause() {
+    let mut empty = step(Method::GET, "/api/v1/namespaces/ns/pods", 200, Value::Null);
+    empty.reply = String::new();
+    empty.query = vec!["watch=true", "resourceVersion=5"];
+    let mut second = step(Method::GET, "/api/v1/namespaces/ns/pods", 200, Value::Null);
+    second.reply = watch_lines(&[json!({"type": "ADDED", "object": stored("ns", "a", "6")})]);
+    second.query = vec!["watch=true", "resourceVersion=5"];
+    let (store, server) = scripted(vec![empty, second]);
+    let started = tokio::time::Instant::now();
+    let mut stream = store
+        .watch(&pods(), Some("ns"), &ListOptions::default(), Some("5"))
+        .await
+        .unwrap();
+    assert_eq!(describe(&stream.next().await.unwrap().unwrap()), "+a");
+    assert!(started.elapsed() >= std::time::Duration::from_secs(1));
+    drop(stream);
+    assert_eq!(server.await.unwrap().len(), 2);
+}

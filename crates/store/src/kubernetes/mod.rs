@@ -10,6 +10,7 @@
 mod convert;
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -222,6 +223,8 @@ impl Store for KubeStore {
             params: watch_params(opts),
             last: from,
             events: None,
+            opened: Instant::now(),
+            active: false,
             done: false,
         };
         let live = futures::stream::unfold(state, |mut state| async move {
@@ -244,8 +247,15 @@ struct Resume {
     params: WatchParams,
     last: String,
     events: Option<KubeEvents>,
+    /// When the current watch request was opened, and whether it has delivered anything.
+    opened: Instant,
+    active: bool,
     done: bool,
 }
+
+/// A watch that ends this soon without an event is re-issued only after this pause, so a server
+/// that keeps closing watches at once is not hammered.
+const QUIET_REWATCH_PAUSE: Duration = Duration::from_secs(1);
 
 impl Resume {
     async fn next(&mut self) -> Option<Result<WatchEvent, StoreError>> {
@@ -256,13 +266,19 @@ impl Resume {
             let events = match &mut self.events {
                 Some(events) => events,
                 None => match self.api.watch(&self.params, &self.last).await {
-                    Ok(events) => self.events.insert(events.boxed()),
+                    Ok(events) => {
+                        (self.opened, self.active) = (Instant::now(), false);
+                        self.events.insert(events.boxed())
+                    }
                     Err(e) => return self.fail(store_error(&self.ty, "watch", Call::Read, None, e)),
                 },
             };
             let event = match events.next().await {
                 None => {
                     self.events = None;
+                    if !self.active && self.opened.elapsed() < QUIET_REWATCH_PAUSE {
+                        tokio::time::sleep(QUIET_REWATCH_PAUSE).await;
+                    }
                     continue;
                 }
                 Some(Err(e)) => return self.fail(store_error(&self.ty, "watch", Call::Read, None, e)),
@@ -273,6 +289,7 @@ impl Resume {
                 KubeEvent::Modified(o) => (WatchEvent::Modified, o),
                 KubeEvent::Deleted(o) => (WatchEvent::Deleted, o),
                 KubeEvent::Bookmark(bookmark) => {
+                    self.active = true;
                     self.last = bookmark.metadata.resource_version;
                     continue;
                 }
@@ -281,6 +298,7 @@ impl Resume {
                     return self.fail(store_error(&self.ty, "watch", Call::Read, None, e));
                 }
             };
+            self.active = true;
             if let Some(rv) = &object.metadata.resource_version {
                 self.last.clone_from(rv);
             }
