@@ -591,3 +591,19 @@ mod properties {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn large_ipv6_ranges_have_no_cap() {
+    let store = MemoryStore::shared();
+    for range in ["fd00::/64", "::/0", "2001:db8::/32"] {
+        let c = config(
+            json!({"type": "weft-ipam", "network_name": format!("n{}", range.len()), "range": range,
+            "exclude": ["fd00::/120"]}),
+        );
+        let (owners, exhausted) = race(store.clone(), c.clone(), 16, 20).await;
+        assert_eq!((owners.len(), exhausted), (320, 0));
+        for ip in owners.keys() {
+            assert!(c.ranges[0].contains(*ip), "{ip} in {range}");
+        }
+    }
+}
