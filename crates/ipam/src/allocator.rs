@@ -118,8 +118,8 @@ fn requests_per_range(config: &IpamConfig, requested: &[IpAddr]) -> Result<Vec<O
 /// Fast path, O(1) store calls: each attachment (or claim) has a few pseudo-random "home"
 /// addresses per range, derived from its identity; the first one that can be created is taken,
 /// and a retried ADD finds it again with one read. Only when every home address is held by
-/// someone else does the allocator list the network once and pick a free address from a random
-/// start. Requested addresses are reserved exactly or rejected with [`IpamError::AddressTaken`].
+/// someone else does the allocator list the network once and pick a free address at random
+/// (bounded, jittered retries when it loses races). Requested addresses are reserved exactly or rejected with [`IpamError::AddressTaken`].
 /// On failure, reservations created by this call are removed again.
 pub async fn allocate(
     store: &Arc<dyn Store>,
