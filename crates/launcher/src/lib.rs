@@ -3,7 +3,8 @@
 //! Decisions are pure and live in their own modules:
 //! - [`names`]: `tap*`, `k6t-*`, `*-nic` link names and the bridge binding's fake bridge address;
 //! - [`addressing`]: the masquerade VM network's gateway and guest addresses;
-//! - [`plan`]: the ordered, undoable [`plan::WiringPlan`] of the bridge and masquerade bindings;
+//! - [`plan`]: the ordered, undoable [`plan::WiringPlan`] of the bridge and masquerade bindings,
+//!   made of [`op::Op`]s;
 //! - [`lease`]: what the DHCP server serves the guest ([`lease::GuestLease`]);
 //! - [`nft`]: the masquerade NAT rule set and its `nft -f -` script.
 //!
@@ -16,6 +17,7 @@ pub mod lease;
 pub mod mac;
 pub mod names;
 pub mod nft;
+pub mod op;
 pub mod plan;
 pub mod pod_link;
 

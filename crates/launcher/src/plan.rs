@@ -11,8 +11,9 @@ use crate::addressing::{AddressingError, MasqueradePair, VmNetworkCidrs};
 use crate::lease::{GuestLease, LeaseError, bridge_lease, masquerade_lease};
 use crate::mac::{MASQUERADE_BRIDGE_MAC, MacAddress};
 use crate::names::{LinkNames, fake_bridge_ip, is_valid_link_name};
-use crate::nft::{NatAddresses, NatInput, NatOptions, NatRuleSet, NftFamily, masquerade_rules};
-use crate::pod_link::{PodLink, PodRoute};
+use crate::nft::{NatAddresses, NatInput, NatOptions, masquerade_rules};
+pub use crate::op::{Op, TapOwner};
+use crate::pod_link::PodLink;
 
 /// sysctl (path under `/proc/sys`) making the pod ignore ARP for addresses not on the receiving
 /// interface (set when a bridge-bound pod interface had an IPv4).
@@ -38,15 +39,6 @@ pub enum Binding {
     /// A binding plugin with `domainAttachmentType: managedTap` (§7.6): the bridge binding's
     /// links without the fake bridge address, and no DHCP (the plugin configures the guest).
     ManagedTap,
-}
-
-/// Owner of the TAP device (0 for root VMIs, 107 for non-root ones).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TapOwner {
-    /// Owning user id.
-    pub uid: u32,
-    /// Owning group id.
-    pub gid: u32,
 }
 
 /// The TAP device's settings.
@@ -77,124 +69,6 @@ pub struct WiringRequest {
     pub vm_cidrs: VmNetworkCidrs,
     /// TAP owner and queues.
     pub tap: TapSettings,
-}
-
-/// One primitive change in the pod netns.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "camelCase")]
-pub enum Op {
-    /// Create a bridge (left down), optionally with a fixed MAC and MTU.
-    CreateBridge {
-        /// Bridge name.
-        name: String,
-        /// Fixed MAC, else the kernel's.
-        mac: Option<MacAddress>,
-        /// MTU, else the kernel's.
-        mtu: Option<u32>,
-    },
-    /// Create a persistent TAP (`IFF_TAP | IFF_NO_PI | IFF_VNET_HDR`, + `IFF_MULTI_QUEUE` when
-    /// queues > 1) owned by `owner`, then set its MTU.
-    CreateTap {
-        /// TAP name.
-        name: String,
-        /// Owner.
-        owner: TapOwner,
-        /// Queue count.
-        queues: u32,
-        /// MTU.
-        mtu: u32,
-    },
-    /// Delete a link.
-    DeleteLink {
-        /// Link name.
-        name: String,
-    },
-    /// Set a link administratively up.
-    SetUp {
-        /// Link name.
-        name: String,
-    },
-    /// Set a link administratively down.
-    SetDown {
-        /// Link name.
-        name: String,
-    },
-    /// Rename a link (it must be down).
-    Rename {
-        /// Current name.
-        from: String,
-        /// New name.
-        to: String,
-    },
-    /// Set a link's MAC.
-    SetMac {
-        /// Link name.
-        link: String,
-        /// The MAC.
-        mac: MacAddress,
-    },
-    /// Set a link's MAC to the current MAC of another link.
-    CopyMac {
-        /// Link name.
-        link: String,
-        /// The link whose MAC is copied.
-        from: String,
-    },
-    /// Enslave a link to a bridge.
-    SetMaster {
-        /// Link name.
-        link: String,
-        /// Bridge name.
-        master: String,
-    },
-    /// Release a link from its bridge.
-    ClearMaster {
-        /// Link name.
-        link: String,
-    },
-    /// Remove every IPv4 and IPv6 address of a link.
-    FlushAddresses {
-        /// Link name.
-        link: String,
-    },
-    /// Add addresses to a link (already present ones are kept).
-    AddAddresses {
-        /// Link name.
-        link: String,
-        /// Addresses with prefix length.
-        addresses: Vec<IpNet>,
-    },
-    /// Add routes through a link (already present ones are replaced).
-    AddRoutes {
-        /// Link name.
-        link: String,
-        /// The routes.
-        routes: Vec<PodRoute>,
-    },
-    /// Turn MAC learning of a bridge port on or off.
-    SetLearning {
-        /// The bridge port.
-        link: String,
-        /// Learning on?
-        enabled: bool,
-    },
-    /// Write a sysctl.
-    Sysctl {
-        /// Path under `/proc/sys` (`net/ipv4/ip_forward`).
-        key: String,
-        /// Value.
-        value: String,
-    },
-    /// Install (or replace) the NAT tables.
-    InstallNat {
-        /// The rule set.
-        rules: NatRuleSet,
-    },
-    /// Remove the NAT tables of these families as a whole.
-    RemoveNat {
-        /// Families whose `nat` table goes.
-        families: Vec<NftFamily>,
-    },
 }
 
 /// One step of a plan: the change and how to undo it. Undo operations run in their listed order;
@@ -571,6 +445,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::pod_link::PodRoute;
 
     fn link(addresses: &[&str], routes: &[(&str, Option<&str>)]) -> PodLink {
         PodLink {
