@@ -11,6 +11,7 @@ pub mod init;
 pub mod initramfs;
 pub mod kernel;
 pub mod qemu;
+pub mod qmp;
 pub mod report;
 
 pub use image::{BootFiles, PrepareError, prepare_boot_files};

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::qmp::{self, QmpClient};
 use crate::report::{GuestReport, LogFollower};
 
 /// The QEMU binary weft runs.
@@ -70,6 +71,24 @@ pub enum QemuError {
         /// What the guest had reported by then.
         report: Box<GuestReport>,
     },
+    /// A hot-plug request failed.
+    #[error("guest {guest}: hot-plug {device}: {source}")]
+    Hotplug {
+        /// Guest name.
+        guest: String,
+        /// The device id.
+        device: String,
+        /// What QMP said.
+        source: crate::qmp::QmpError,
+    },
+    /// No free hot-plug slot is left.
+    #[error("guest {guest}: all {slots} hot-plug slots are used (GuestSpec.hotplug_slots)")]
+    NoHotplugSlot {
+        /// Guest name.
+        guest: String,
+        /// How many there are.
+        slots: u8,
+    },
     /// Reading the serial log failed.
     #[error("guest {guest}: reading {path}: {source}")]
     Io {
@@ -121,6 +140,8 @@ pub struct GuestSpec {
     pub nics: Vec<GuestNic>,
     /// Directory for the serial log, pidfile and QEMU's stderr.
     pub run_dir: PathBuf,
+    /// Empty PCIe root ports for NICs hot-plugged later ([`RunningGuest::hotplug_nic`]).
+    pub hotplug_slots: u8,
 }
 
 impl GuestSpec {
@@ -134,6 +155,7 @@ impl GuestSpec {
             cmdline_extras: Vec::new(),
             nics: Vec::new(),
             run_dir: run_dir.into(),
+            hotplug_slots: 0,
         }
     }
 
@@ -145,6 +167,11 @@ impl GuestSpec {
     /// The pidfile QEMU writes.
     pub fn pidfile(&self) -> PathBuf {
         self.run_dir.join(format!("{}.pid", self.name))
+    }
+
+    /// The QMP control socket (hot-plug).
+    pub fn qmp_socket(&self) -> PathBuf {
+        self.run_dir.join(format!("{}.qmp", self.name))
     }
 
     /// Where QEMU's own stdout/stderr go.
@@ -181,6 +208,12 @@ impl GuestSpec {
             return Err(invalid(
                 "memory_mib",
                 format!("{} MiB is too little (at least 64)", self.memory_mib),
+            ));
+        }
+        if self.qmp_socket().as_os_str().len() >= 108 {
+            return Err(invalid(
+                "run_dir",
+                format!("{} is too long for a Unix socket path", self.run_dir.display()),
             ));
         }
         for (field, path) in [
@@ -268,7 +301,19 @@ impl GuestSpec {
             format!("file:{}", self.serial_log().display()),
             "-pidfile".into(),
             self.pidfile().display().to_string(),
+            "-qmp".into(),
+            format!("unix:{},server=on,wait=off", self.qmp_socket().display()),
         ]);
+        for slot in 0..self.hotplug_slots {
+            argv.extend([
+                "-device".into(),
+                format!(
+                    "pcie-root-port,id={},chassis={},bus=pcie.0",
+                    hotplug_port(slot),
+                    u16::from(slot) + 1
+                ),
+            ]);
+        }
         for (index, nic) in self.nics.iter().enumerate() {
             argv.extend([
                 "-netdev".into(),
@@ -282,6 +327,11 @@ impl GuestSpec {
         }
         argv
     }
+}
+
+/// The id of the PCIe root port that hot-plug slot `slot` uses.
+pub fn hotplug_port(slot: u8) -> String {
+    format!("weft-hp{slot}")
 }
 
 fn is_mac(mac: &str) -> bool {
@@ -298,6 +348,8 @@ pub struct RunningGuest {
     spec: GuestSpec,
     child: Option<Child>,
     follower: LogFollower,
+    /// Hot-plugged device ids by slot.
+    plugged: Vec<Option<String>>,
 }
 
 impl RunningGuest {
@@ -353,6 +405,7 @@ impl RunningGuest {
             spec: spec.clone(),
             child: Some(child),
             follower: LogFollower::new(&spec.serial_log()),
+            plugged: vec![None; usize::from(spec.hotplug_slots)],
         })
     }
 
@@ -409,6 +462,53 @@ impl RunningGuest {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Hot-plugs `nic` (its TAP must exist) into a free slot as device `id`; the guest agent
+    /// leases it over DHCP like the NICs present at boot.
+    pub fn hotplug_nic(&mut self, nic: &GuestNic, id: &str) -> Result<(), QemuError> {
+        let guest = self.spec.name.clone();
+        let Some(slot) = self.plugged.iter().position(Option::is_none) else {
+            return Err(QemuError::NoHotplugSlot {
+                guest,
+                slots: self.spec.hotplug_slots,
+            });
+        };
+        let failed = |source| QemuError::Hotplug {
+            guest: guest.clone(),
+            device: id.into(),
+            source,
+        };
+        let mut qmp = QmpClient::connect(&self.spec.qmp_socket()).map_err(failed)?;
+        let [netdev, device] = qmp::hotplug_nic_commands(nic, id, slot as u8);
+        qmp.execute(&netdev).map_err(failed)?;
+        if let Err(error) = qmp.execute(&device) {
+            // Roll back the backend so the TAP is free for a retry.
+            let _ = qmp.execute(&qmp::unplug_nic_commands(id)[1]);
+            return Err(failed(error));
+        }
+        self.plugged[slot] = Some(id.to_string());
+        Ok(())
+    }
+
+    /// Unplugs hot-plugged device `id`: asks the guest to release it, waits for QEMU's
+    /// `DEVICE_DELETED` (PCIe native hot-unplug takes ~5 s), then removes its TAP backend.
+    pub fn unplug_nic(&mut self, id: &str) -> Result<(), QemuError> {
+        let guest = self.spec.name.clone();
+        let failed = |source| QemuError::Hotplug {
+            guest: guest.clone(),
+            device: id.into(),
+            source,
+        };
+        let mut qmp = QmpClient::connect(&self.spec.qmp_socket()).map_err(failed)?;
+        let [device_del, netdev_del] = qmp::unplug_nic_commands(id);
+        qmp.execute(&device_del).map_err(failed)?;
+        qmp.wait_for_event("DEVICE_DELETED", id).map_err(failed)?;
+        qmp.execute(&netdev_del).map_err(failed)?;
+        for slot in self.plugged.iter_mut().filter(|s| s.as_deref() == Some(id)) {
+            *slot = None;
+        }
+        Ok(())
     }
 
     /// Leaves QEMU running after this handle is gone (e.g. the local cluster outliving the
@@ -514,6 +614,7 @@ mod tests {
              -display none -monitor none -no-reboot -name vm1 -m 256 -kernel /k/vmlinux-6.1 \
              -initrd /r/initrd.gz -append console=ttyS0 quiet loglevel=3 panic=-1 weft.ping=10.0.2.1 \
              -serial file:/run/weft/vm1/vm1.serial.log -pidfile /run/weft/vm1/vm1.pid \
+             -qmp unix:/run/weft/vm1/vm1.qmp,server=on,wait=off \
              -netdev tap,id=net0,ifname=tap0,script=no,downscript=no,vhost=off \
              -device virtio-net-pci,netdev=net0,mac=52:54:00:00:00:01,romfile= \
              -netdev tap,id=net1,ifname=tapabc,script=no,downscript=no,vhost=off \

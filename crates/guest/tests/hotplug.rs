@@ -1,0 +1,98 @@
+//! Root test: a NIC hot-plugged into a running guest over QMP gets its DHCP lease from inside
+//! the guest (the agent loop runs udhcpc for new NICs), and is unplugged again.
+
+mod common;
+
+use std::net::Ipv4Addr;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Netns, can_run_root_test};
+use weft_dhcp::{ServerConfig, bind_server_socket, spawn};
+use weft_guest::initramfs::DEFAULT_BUSYBOX;
+use weft_guest::kernel::kernel_dir;
+use weft_guest::{GuestNic, GuestSpec, PrepareError, RunningGuest, prepare_boot_files};
+
+const MAC0: &str = "52:54:00:78:00:01";
+const MAC1: &str = "52:54:00:78:00:02";
+
+#[test]
+fn hotplugged_nic_is_leased_inside_the_guest() {
+    let name = "hotplugged_nic_is_leased_inside_the_guest";
+    if !can_run_root_test(name) {
+        return;
+    }
+    if Command::new(weft_guest::qemu::QEMU_BINARY)
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipping {name}: {} not installed", weft_guest::qemu::QEMU_BINARY);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let boot = match prepare_boot_files(&kernel_dir(), DEFAULT_BUSYBOX.as_ref(), dir.path()) {
+        Ok(boot) => boot,
+        Err(PrepareError::Kernel(error)) => {
+            eprintln!("skipping {name}: {error}");
+            return;
+        }
+        Err(error) => panic!("{error}"),
+    };
+    let launcher = Netns::new("gh");
+    let mut servers = Vec::new();
+    for (index, mac) in [MAC0, MAC1].iter().enumerate() {
+        let (bridge, tap) = (format!("wt-br{index}"), format!("wt-tap{index}"));
+        let third = 2 + index as u8;
+        launcher.ip(&["link", "add", &bridge, "type", "bridge"]);
+        launcher.ip(&["addr", "add", &format!("10.0.{third}.1/24"), "dev", &bridge]);
+        launcher.ip(&["link", "set", &bridge, "up"]);
+        launcher.ip(&["tuntap", "add", "dev", &tap, "mode", "tap"]);
+        launcher.ip(&["link", "set", &tap, "master", &bridge, "up"]);
+        let mut config = ServerConfig::new(
+            format!("10.0.{third}.2/24").parse().unwrap(),
+            Ipv4Addr::new(10, 0, third, 1),
+        );
+        let octets: Vec<u8> = mac
+            .split(':')
+            .map(|p| u8::from_str_radix(p, 16).unwrap())
+            .collect();
+        config.client_mac = Some(octets.try_into().unwrap());
+        let socket = launcher.enter(move || bind_server_socket(&bridge)).unwrap();
+        servers.push(spawn(socket, config).unwrap());
+    }
+
+    let mut spec = GuestSpec::new("vm-hp", &boot.kernel.vmlinux, &boot.initrd, dir.path());
+    spec.nics = vec![GuestNic::virtio("wt-tap0", MAC0)];
+    spec.hotplug_slots = 2;
+    spec.cmdline_extras = vec!["weft.ga_interval=1".into()];
+    let mut guest = RunningGuest::spawn(&spec, Some(&launcher.name)).unwrap();
+    let serial = spec.serial_log();
+    let explain = move |error: weft_guest::QemuError| -> ! {
+        let log = std::fs::read_to_string(&serial).unwrap_or_default();
+        panic!("{error}\nserial log:\n{log}")
+    };
+    guest
+        .wait_for(Duration::from_secs(60), |r| r.ready && r.lease("eth0").is_some())
+        .unwrap_or_else(|e| explain(e));
+
+    guest
+        .hotplug_nic(&GuestNic::virtio("wt-tap1", MAC1), "weft-nic1")
+        .unwrap_or_else(|e| explain(e));
+    let report = guest
+        .wait_for(Duration::from_secs(30), |r| {
+            r.agent_interface("eth1")
+                .is_some_and(|ga| !ga.addresses.is_empty())
+        })
+        .unwrap_or_else(|e| explain(e));
+    let eth1 = report.lease("eth1").expect("hot-plugged NIC leased");
+    assert_eq!(eth1.address, "10.0.3.2/24".parse().unwrap());
+    assert_eq!(report.agent_interface("eth1").unwrap().mac, MAC1);
+
+    guest.unplug_nic("weft-nic1").unwrap_or_else(|e| explain(e));
+    // The slot is free again: the same NIC can come back.
+    guest
+        .hotplug_nic(&GuestNic::virtio("wt-tap1", MAC1), "weft-nic1b")
+        .unwrap_or_else(|e| explain(e));
+    guest.stop().unwrap();
+}
