@@ -346,3 +346,51 @@ async fn status_is_code_50_when_the_store_is_unreachable() {
     let err = handle(req("DEL", "c1", "p1", &conf), store).await.unwrap_err();
     assert_eq!(err.code, codes::TRY_AGAIN_LATER, "DEL reports store failures");
 }
+
+#[tokio::test]
+async fn claimed_address_held_by_someone_else_is_an_ip_address_conflict() {
+    let store = MemoryStore::shared();
+    let conf = netconf(json!({"allowPersistentIPs": true}));
+    put_pod(&store, "squatter", "").await;
+    let mut wants = conf.clone();
+    wants["runtimeConfig"] = json!({"ips": ["10.10.0.77"]});
+    add(&store, "cs", "squatter", &wants).await.unwrap();
+
+    // A claim restored with status.ips (e.g. after the store was rebuilt) whose address is taken.
+    let claims: Api<IpamClaim> = Api::namespaced(store.clone(), "ns");
+    let mut claim = claims
+        .create(&IpamClaim::new("ns", "vm2.blue", "blue", ""))
+        .await
+        .unwrap();
+    claim.status.ips = vec!["10.10.0.77/24".into()];
+    claims.replace_status(&claim).await.unwrap();
+    put_pod(&store, "launcher", "vm2.blue").await;
+    let err = add(&store, "cl", "launcher", &conf).await.unwrap_err();
+    assert_eq!(err.code, codes::ADDRESS_TAKEN);
+    let cond = claims
+        .get_required("vm2.blue")
+        .await
+        .unwrap()
+        .status
+        .conditions
+        .remove(0);
+    assert_eq!(
+        (cond.status.as_str(), cond.reason.as_str()),
+        ("False", reasons::IP_ADDRESS_CONFLICT)
+    );
+
+    // A claim whose reservation vanished gets it back.
+    handle(req("DEL", "cs", "squatter", &wants), store.clone())
+        .await
+        .unwrap();
+    let r = add(&store, "cl", "launcher", &conf).await.unwrap();
+    assert_eq!(r.ips[0].address.to_string(), "10.10.0.77/24");
+    let cond = claims
+        .get_required("vm2.blue")
+        .await
+        .unwrap()
+        .status
+        .conditions
+        .remove(0);
+    assert_eq!(cond.reason, reasons::SUCCESSFUL_ALLOCATION);
+}
