@@ -257,12 +257,18 @@ async fn reserve_exact(
 ) -> Result<(IpReservation, bool), IpamError> {
     let api: Api<IpReservation> = Api::all(store.clone());
     let wanted = new_reservation(config, holder, claim, ip);
+    // A claim's addresses usually exist already (restart, migration): read first, so that
+    // reusing them costs no write. A requested address is usually free: create first.
+    let mut read_first = claim.is_some();
     for _ in 0..MAX_ATTEMPTS {
-        match api.create(&wanted).await {
-            Ok(r) => return Ok((r, true)),
-            Err(e) if e.is_already_exists() => {}
-            Err(e) => return Err(e.into()),
+        if !read_first {
+            match api.create(&wanted).await {
+                Ok(r) => return Ok((r, true)),
+                Err(e) if e.is_already_exists() => {}
+                Err(e) => return Err(e.into()),
+            }
         }
+        read_first = false;
         // Held already: ours (a retried ADD, or the claim's second owner) or someone else's.
         // It may vanish between the create and this get; then simply try the create again.
         if let Some(current) = api.get(&wanted.metadata.name).await? {

@@ -21,6 +21,8 @@ pub mod range;
 pub mod reconcile;
 pub mod request;
 pub mod reservation;
+#[cfg(test)]
+mod testing;
 
 pub use allocator::{Holder, Lease, allocate, release, release_claim};
 pub use claim::IpamClaim;

@@ -7,6 +7,7 @@ use weft_store::MemoryStore;
 use super::*;
 use crate::claim::IpamClaim;
 use crate::config::parse_network_config;
+use crate::testing::Counting;
 
 fn config(ipam: serde_json::Value) -> IpamConfig {
     parse_network_config(&json!({"name": "blue", "ipam": ipam})).unwrap()
@@ -251,87 +252,6 @@ async fn racing_to_exhaustion_hands_out_each_address_exactly_once() {
     let (owners, exhausted) = race(store, v4("10.0.0.0/24"), 16, 20).await;
     assert_eq!(owners.len(), 254);
     assert_eq!(exhausted, 16 * 20 - 254);
-}
-
-/// A store that counts calls, to hold the allocator to its O(1) promise.
-#[derive(Default)]
-struct Counting {
-    inner: MemoryStore,
-    calls: std::sync::Mutex<HashMap<&'static str, usize>>,
-}
-
-impl Counting {
-    fn bump(&self, what: &'static str) {
-        *self.calls.lock().unwrap().entry(what).or_default() += 1;
-    }
-    fn take(&self) -> HashMap<&'static str, usize> {
-        std::mem::take(&mut *self.calls.lock().unwrap())
-    }
-}
-
-#[async_trait::async_trait]
-impl Store for Counting {
-    async fn get(
-        &self,
-        ty: &weft_store::ResourceType,
-        ns: Option<&str>,
-        name: &str,
-    ) -> Result<Option<weft_store::Object>, StoreError> {
-        self.bump("get");
-        self.inner.get(ty, ns, name).await
-    }
-    async fn list(
-        &self,
-        ty: &weft_store::ResourceType,
-        ns: Option<&str>,
-        opts: &ListOptions,
-    ) -> Result<weft_store::ObjectList, StoreError> {
-        self.bump("list");
-        self.inner.list(ty, ns, opts).await
-    }
-    async fn create(
-        &self,
-        ty: &weft_store::ResourceType,
-        obj: weft_store::Object,
-    ) -> Result<weft_store::Object, StoreError> {
-        self.bump("create");
-        self.inner.create(ty, obj).await
-    }
-    async fn update(
-        &self,
-        ty: &weft_store::ResourceType,
-        obj: weft_store::Object,
-    ) -> Result<weft_store::Object, StoreError> {
-        self.bump("update");
-        self.inner.update(ty, obj).await
-    }
-    async fn update_status(
-        &self,
-        ty: &weft_store::ResourceType,
-        obj: weft_store::Object,
-    ) -> Result<weft_store::Object, StoreError> {
-        self.bump("update_status");
-        self.inner.update_status(ty, obj).await
-    }
-    async fn delete(
-        &self,
-        ty: &weft_store::ResourceType,
-        ns: Option<&str>,
-        name: &str,
-        pre: Option<&str>,
-    ) -> Result<Option<weft_store::Object>, StoreError> {
-        self.bump("delete");
-        self.inner.delete(ty, ns, name, pre).await
-    }
-    async fn watch(
-        &self,
-        ty: &weft_store::ResourceType,
-        ns: Option<&str>,
-        opts: &ListOptions,
-        rv: Option<&str>,
-    ) -> Result<weft_store::WatchStream, StoreError> {
-        self.inner.watch(ty, ns, opts, rv).await
-    }
 }
 
 #[tokio::test]

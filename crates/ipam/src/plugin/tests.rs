@@ -394,3 +394,41 @@ async fn claimed_address_held_by_someone_else_is_an_ip_address_conflict() {
         .remove(0);
     assert_eq!(cond.reason, reasons::SUCCESSFUL_ALLOCATION);
 }
+
+#[tokio::test]
+async fn store_writes_per_add_are_one_per_range_plus_one_claim_status() {
+    let counting = Arc::new(crate::testing::Counting::default());
+    let store: Arc<dyn Store> = counting.clone();
+    let writes = |calls: &std::collections::HashMap<&'static str, usize>| {
+        ["create", "update", "update_status", "delete"]
+            .iter()
+            .map(|w| calls.get(w).copied().unwrap_or(0))
+            .sum::<usize>()
+    };
+    let conf = netconf(json!({"allowPersistentIPs": true}));
+    put_pod(&store, "plain", "").await;
+    Api::<IpamClaim>::namespaced(store.clone(), "ns")
+        .create(&IpamClaim::new("ns", "vm.blue", "blue", ""))
+        .await
+        .unwrap();
+    put_pod(&store, "launcher", "vm.blue").await;
+    counting.take();
+
+    add(&store, "c1", "plain", &conf).await.unwrap();
+    let calls = counting.take();
+    assert_eq!((writes(&calls), calls.get("list")), (1, None), "{calls:?}");
+
+    add(&store, "c2", "launcher", &conf).await.unwrap();
+    let calls = counting.take();
+    assert_eq!(
+        (writes(&calls), calls.get("list")),
+        (2, None),
+        "reservation + claim status: {calls:?}"
+    );
+
+    put_pod(&store, "launcher-2", "vm.blue").await;
+    counting.take();
+    add(&store, "c3", "launcher-2", &conf).await.unwrap();
+    let calls = counting.take();
+    assert_eq!(writes(&calls), 1, "reuse: only ownerPod changes: {calls:?}");
+}
