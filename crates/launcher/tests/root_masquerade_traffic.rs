@@ -1,0 +1,193 @@
+//! Root test: traffic through the masquerade wiring. A netns plays the guest (a veth on the
+//! `k6t-eth0` bridge standing in for the TAP's far side), another plays the node behind the pod's
+//! `eth0`. The node has no route to the VM network, so outbound traffic only works through the
+//! masquerade, and inbound traffic to the pod IP only reaches the guest through the DNAT.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use weft_launcher::exec::{NetlinkBackend, NetnsBackend, apply, teardown};
+use weft_launcher::{Binding, NatOptions, TapOwner, TapSettings, VmNetworkCidrs, WiringRequest, plan_wiring};
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+fn run(program: &str, args: &[&str]) -> Result<String> {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {program}"))?;
+    if !out.status.success() {
+        bail!(
+            "{program} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+struct Netns(String);
+
+impl Netns {
+    fn new(role: &str) -> Result<Self> {
+        let name = format!(
+            "wt-mqt-{role}-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        );
+        run("ip", &["netns", "add", &name])?;
+        let ns = Netns(name);
+        ns.ip(&["link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    fn ip(&self, args: &[&str]) -> Result<String> {
+        let mut full = vec!["-n", self.0.as_str()];
+        full.extend_from_slice(args);
+        run("ip", &full)
+    }
+
+    fn exec(&self, args: &[&str]) -> Result<String> {
+        let mut full = vec!["netns", "exec", self.0.as_str()];
+        full.extend_from_slice(args);
+        run("ip", &full)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = run("ip", &["netns", "del", &self.0]);
+    }
+}
+
+/// A background process killed (by its pid) when dropped.
+struct Background(Child);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn httpd(ns: &Netns, dir: &std::path::Path) -> Result<Background> {
+    let child = Command::new("ip")
+        .args(["netns", "exec", &ns.0, "busybox", "httpd", "-f", "-p", "80", "-h"])
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    Ok(Background(child))
+}
+
+fn wget(ns: &Netns, url: &str) -> Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match ns.exec(&["timeout", "3", "busybox", "wget", "-q", "-O", "-", url]) {
+            Ok(body) => return Ok(body),
+            Err(e) if Instant::now() > deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+#[test]
+fn masquerade_forwards_both_ways() -> Result<()> {
+    if !is_root() {
+        eprintln!("skipping: needs root (CAP_NET_ADMIN)");
+        return Ok(());
+    }
+    let pod = Netns::new("pod")?;
+    let node = Netns::new("node")?;
+    let guest = Netns::new("guest")?;
+    pod.ip(&[
+        "link", "add", "eth0", "type", "veth", "peer", "name", "wt-node", "netns", &node.0,
+    ])?;
+    pod.ip(&["addr", "add", "10.222.222.1/30", "dev", "eth0"])?;
+    pod.ip(&["link", "set", "eth0", "up"])?;
+    pod.ip(&["route", "add", "default", "via", "10.222.222.2"])?;
+    node.ip(&["addr", "add", "10.222.222.2/30", "dev", "wt-node"])?;
+    node.ip(&["link", "set", "wt-node", "up"])?;
+
+    let mut backend = NetlinkBackend::open(format!("/run/netns/{}", pod.0))?;
+    let pod_link = backend.discover("eth0")?.context("eth0")?;
+    let plan = plan_wiring(&WiringRequest {
+        binding: Binding::Masquerade(NatOptions::default()),
+        pod_iface: "eth0".to_string(),
+        primary: true,
+        interface_index: 0,
+        pod_link,
+        guest_mac: None,
+        vm_cidrs: VmNetworkCidrs::default(),
+        tap: TapSettings {
+            owner: TapOwner { uid: 0, gid: 0 },
+            queues: 1,
+        },
+    })?;
+    apply(&mut backend, &plan)?;
+
+    // The guest's NIC: a veth port on the bridge, configured as the DHCP lease says.
+    let lease = plan.lease.as_ref().unwrap().ipv4.as_ref().unwrap();
+    pod.ip(&[
+        "link", "add", "wt-gport", "type", "veth", "peer", "name", "eth0", "netns", &guest.0,
+    ])?;
+    pod.ip(&["link", "set", "wt-gport", "master", &plan.names.bridge, "up"])?;
+    guest.ip(&["addr", "add", &lease.address.to_string(), "dev", "eth0"])?;
+    guest.ip(&["link", "set", "eth0", "up"])?;
+    guest.ip(&[
+        "route",
+        "add",
+        "default",
+        "via",
+        &lease.router.unwrap().to_string(),
+    ])?;
+
+    let www = tempfile::tempdir()?;
+    std::fs::write(www.path().join("index.html"), "hello-from-node\n")?;
+    let _node_httpd = httpd(&node, www.path())?;
+    let guest_www = www.path().join("guest");
+    std::fs::create_dir_all(&guest_www)?;
+    std::fs::write(guest_www.join("index.html"), "hello-from-guest\n")?;
+    let _guest_httpd = httpd(&guest, &guest_www)?;
+
+    // Outbound: the node has no route to 10.0.2.0/24; only the masquerade makes this work.
+    assert!(!node.ip(&["route"])?.contains("10.0.2"));
+    assert_eq!(
+        wget(&guest, "http://10.222.222.2/index.html")?,
+        "hello-from-node\n"
+    );
+    // Inbound: the pod IP, DNATed to the guest (no ports declared: everything is forwarded).
+    assert_eq!(
+        wget(&node, "http://10.222.222.1/index.html")?,
+        "hello-from-guest\n"
+    );
+
+    pod.ip(&["link", "del", "wt-gport"])?;
+    teardown(&mut backend, &plan)?;
+    let after = node.exec(&[
+        "timeout",
+        "2",
+        "busybox",
+        "wget",
+        "-q",
+        "-O",
+        "-",
+        "http://10.222.222.1/index.html",
+    ]);
+    assert!(after.is_err(), "no DNAT after teardown: {after:?}");
+    Ok(())
+}
