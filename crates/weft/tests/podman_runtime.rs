@@ -190,55 +190,71 @@ fn address_of<'a>(addresses: &'a [(String, String)], ifname: &str) -> Option<&'a
         .map(|(_, address)| address.as_str())
 }
 
-#[test]
-fn podman_container_gets_cluster_and_two_nad_networks_and_loses_them_on_rm() {
-    let test = "podman_container_gets_cluster_and_two_nad_networks_and_loses_them_on_rm";
-    if !prerequisites_or_skip(test) {
-        return;
-    }
-    let pid = std::process::id();
-    let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().to_path_buf();
-    let network = format!("wt-pm-{pid}");
-    let container = format!("wt-pm-{pid}");
+/// One podman "node": its namespace, the agent in it, podman confined to a temp dir, weft's
+/// network configured, NADs `blue` (bridge + weft-ipam), `green` (bridge + host-local) and
+/// `broken` (a plugin that does not exist) and the Pod object named like the container.
+/// Fields drop in order: containers first (their DEL needs the agent), then the agent, the
+/// namespace, the temp dir.
+struct Fixture {
+    podman: Podman,
+    _agent: Agent,
+    node: Netns,
+    state: PathBuf,
+    rootfs: PathBuf,
+    network: String,
+    container: String,
+    green_dir: PathBuf,
+    agent_log: PathBuf,
+    _dir: tempfile::TempDir,
+}
 
-    // CNI plugin dir podman searches first: weft's multi-call names.
-    let plugins = state.join("plugins");
-    std::fs::create_dir_all(&plugins).unwrap();
-    std::os::unix::fs::symlink(weft_bin(), plugins.join("weft-cni")).unwrap();
-    std::os::unix::fs::symlink(weft_bin(), plugins.join("weft-ipam")).unwrap();
+impl Fixture {
+    /// `tag` keeps names unique between the tests of this binary (the pid between binaries);
+    /// `annotation` is the pod's networks annotation.
+    fn new(tag: &str, annotation: &str) -> Self {
+        let pid = std::process::id();
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().to_path_buf();
+        let network = format!("wt-pm{tag}-{pid}");
+        let container = format!("wt-pm{tag}-{pid}");
 
-    // The cluster network lives in the agent's conf dir, not in podman's.
-    let agent_conf_dir = state.join("agent-net.d");
-    std::fs::create_dir_all(&agent_conf_dir).unwrap();
-    let cluster_file = agent_conf_dir.join("10-cluster.conflist");
-    let cluster = serde_json::json!({
-        "cniVersion": "1.0.0", "name": "cluster",
-        "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true,
-                     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.250.0.0/24"}]],
-                              "routes": [{"dst": "0.0.0.0/0"}], "dataDir": state.join("host-local")}}]
-    });
-    std::fs::write(&cluster_file, cluster.to_string()).unwrap();
+        // CNI plugin dir podman searches first: weft's multi-call names.
+        let plugins = state.join("plugins");
+        std::fs::create_dir_all(&plugins).unwrap();
+        std::os::unix::fs::symlink(weft_bin(), plugins.join("weft-cni")).unwrap();
+        std::os::unix::fs::symlink(weft_bin(), plugins.join("weft-ipam")).unwrap();
 
-    // podman's network: weft's meta conflist.
-    let podman_conf_dir = state.join("net.d");
-    std::fs::create_dir_all(&podman_conf_dir).unwrap();
-    let meta = serde_json::json!({
-        "cniVersion": "1.0.0", "name": network,
-        "plugins": [{"type": "weft-cni", "clusterNetwork": cluster_file, "daemonSocketDir": state}]
-    });
-    std::fs::write(
-        podman_conf_dir.join(format!("{network}.conflist")),
-        meta.to_string(),
-    )
-    .unwrap();
-    for dir in ["storage", "run", "tmp"] {
-        std::fs::create_dir_all(state.join(dir)).unwrap();
-    }
-    std::fs::write(
-        state.join("containers.conf"),
-        format!(
-            r#"[containers]
+        // The cluster network lives in the agent's conf dir, not in podman's.
+        let agent_conf_dir = state.join("agent-net.d");
+        std::fs::create_dir_all(&agent_conf_dir).unwrap();
+        let cluster_file = agent_conf_dir.join("10-cluster.conflist");
+        let cluster = serde_json::json!({
+            "cniVersion": "1.0.0", "name": "cluster",
+            "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true,
+                         "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.250.0.0/24"}]],
+                                  "routes": [{"dst": "0.0.0.0/0"}], "dataDir": state.join("host-local")}}]
+        });
+        std::fs::write(&cluster_file, cluster.to_string()).unwrap();
+
+        // podman's network: weft's meta conflist.
+        let podman_conf_dir = state.join("net.d");
+        std::fs::create_dir_all(&podman_conf_dir).unwrap();
+        let meta = serde_json::json!({
+            "cniVersion": "1.0.0", "name": network,
+            "plugins": [{"type": "weft-cni", "clusterNetwork": cluster_file, "daemonSocketDir": state}]
+        });
+        std::fs::write(
+            podman_conf_dir.join(format!("{network}.conflist")),
+            meta.to_string(),
+        )
+        .unwrap();
+        for dir in ["storage", "run", "tmp"] {
+            std::fs::create_dir_all(state.join(dir)).unwrap();
+        }
+        std::fs::write(
+            state.join("containers.conf"),
+            format!(
+                r#"[containers]
 default_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]
 [engine]
 cgroup_manager = "cgroupfs"
@@ -251,19 +267,19 @@ network_config_dir = "{conf}"
 cni_plugin_dirs = ["{plugins}", "/usr/lib/cni"]
 default_network = "{network}"
 "#,
-            state = state.display(),
-            conf = podman_conf_dir.display(),
-            plugins = plugins.display(),
-        ),
-    )
-    .unwrap();
-    let rootfs = state.join("rootfs");
-    busybox_rootfs(&rootfs);
+                state = state.display(),
+                conf = podman_conf_dir.display(),
+                plugins = plugins.display(),
+            ),
+        )
+        .unwrap();
+        let rootfs = state.join("rootfs");
+        busybox_rootfs(&rootfs);
 
-    // Two NADs and the pod podman will ask for (CNI_ARGS K8S_POD_NAME=<container name>).
-    let secondary_dir = state.join("host-local-green");
-    let manifests = format!(
-        r#"
+        // Three NADs (the last one fails at ADD) and the pod podman will ask for (CNI_ARGS K8S_POD_NAME=<container name>).
+        let green_dir = state.join("host-local-green");
+        let manifests = format!(
+            r#"
 apiVersion: k8s.cni.cncf.io/v1
 kind: NetworkAttachmentDefinition
 metadata: {{name: blue, namespace: default}}
@@ -282,159 +298,238 @@ metadata:
   name: {container}
   namespace: default
   annotations:
-    k8s.v1.cni.cncf.io/networks: blue@blue0, green@green0
+        k8s.v1.cni.cncf.io/networks: {annotation}
 spec: {{nodeName: n1}}
+---
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata: {{name: broken, namespace: default}}
+spec:
+  config: '{{"cniVersion":"1.0.0","name":"broken","type":"weft-no-such-plugin"}}'
 "#,
-        state = state.display(),
-        green = secondary_dir.display(),
-    );
-    let manifest_file = state.join("objects.yaml");
-    std::fs::write(&manifest_file, manifests).unwrap();
-    let applied = weft(&state, &["apply", "-f", manifest_file.to_str().unwrap()]);
-    assert!(applied.status.success(), "{}", text(&applied));
+            state = state.display(),
+            green = green_dir.display(),
+        );
+        let manifest_file = state.join("objects.yaml");
+        std::fs::write(&manifest_file, manifests).unwrap();
+        let applied = weft(&state, &["apply", "-f", manifest_file.to_str().unwrap()]);
+        assert!(applied.status.success(), "{}", text(&applied));
 
-    let node = Netns::new("pmnode");
-    let socket = state.join("weft.sock");
-    let agent_log = state.join("agent.log");
-    let _agent = Agent(
-        Command::new("ip")
-            .args(["netns", "exec", &node.0])
-            .arg(weft_bin())
-            .arg("--state-dir")
-            .arg(&state)
-            .args(["agent", "--node", "n1"])
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--conf-dir")
-            .arg(&agent_conf_dir)
-            .arg("--cache-dir")
-            .arg(state.join("cache"))
-            .arg("--cni-bin-dir")
-            .arg(&plugins)
-            .arg("--cni-bin-dir")
-            .arg("/usr/lib/cni")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&agent_log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !socket.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
+        let node = Netns::new(&format!("pmnode{tag}"));
+        let socket = state.join("weft.sock");
+        let agent_log = state.join("agent.log");
+        let agent = Agent(
+            Command::new("ip")
+                .args(["netns", "exec", &node.0])
+                .arg(weft_bin())
+                .arg("--state-dir")
+                .arg(&state)
+                .args(["agent", "--node", "n1"])
+                .arg("--socket")
+                .arg(&socket)
+                .arg("--conf-dir")
+                .arg(&agent_conf_dir)
+                .arg("--cache-dir")
+                .arg(state.join("cache"))
+                .arg("--cni-bin-dir")
+                .arg(&plugins)
+                .arg("--cni-bin-dir")
+                .arg("/usr/lib/cni")
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&agent_log).unwrap())
+                .spawn()
+                .unwrap(),
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !socket.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(socket.exists(), "agent socket never appeared");
+        let podman = Podman {
+            work: state.clone(),
+            node_netns: node.path(),
+            network: network.clone(),
+        };
+        Self {
+            podman,
+            _agent: agent,
+            node,
+            state,
+            rootfs,
+            network,
+            container,
+            green_dir,
+            agent_log,
+            _dir: dir,
+        }
     }
-    assert!(socket.exists(), "agent socket never appeared");
-    let podman = Podman {
-        work: state.clone(),
-        node_netns: node.path(),
-        network: network.clone(),
-    };
-    let log = || std::fs::read_to_string(&agent_log).unwrap_or_default();
 
-    let started = podman
-        .command()
-        .args(["run", "-d", "--name", &container, "--network", &network])
-        .args(["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"])
-        .arg("--rootfs")
-        .arg(&rootfs)
-        .args(["/bin/sleep", "600"])
-        .output()
-        .unwrap();
+    fn agent_log(&self) -> String {
+        std::fs::read_to_string(&self.agent_log).unwrap_or_default()
+    }
+
+    fn podman_run(&self) -> Output {
+        self.podman
+            .command()
+            .args(["run", "-d", "--name", &self.container, "--network", &self.network])
+            .args(["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"])
+            .arg("--rootfs")
+            .arg(&self.rootfs)
+            .args(["/bin/sleep", "600"])
+            .output()
+            .unwrap()
+    }
+
+    /// Nothing attached, nothing reserved: no port on any node bridge, no weft-ipam
+    /// reservation, no host-local address file.
+    fn assert_nothing_held(&self, when: &str) {
+        for bridge in ["br-blue", "br-green", "cni0"] {
+            assert_eq!(
+                self.node.bridge_ports(bridge),
+                Vec::<String>::new(),
+                "{when}: veth left on {bridge}\nagent log:\n{}",
+                self.agent_log()
+            );
+        }
+        let held = weft(&self.state, &["ipam", "list"]);
+        assert!(held.status.success(), "{}", text(&held));
+        let held = String::from_utf8_lossy(&held.stdout).into_owned();
+        assert!(
+            !held.contains("192.168.77."),
+            "{when}: weft-ipam reservation left:\n{held}\nagent log:\n{}",
+            self.agent_log()
+        );
+        for (dir, subnet) in [
+            (self.green_dir.join("green"), "192.168.78."),
+            (self.state.join("host-local/cluster"), "10.250.0."),
+        ] {
+            let files: Vec<String> = std::fs::read_dir(&dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| name.starts_with(subnet))
+                .collect();
+            assert!(
+                files.is_empty(),
+                "{when}: host-local address left in {}: {files:?}",
+                dir.display()
+            );
+        }
+    }
+}
+
+fn ip_of(cidr: &str) -> &str {
+    cidr.split('/').next().unwrap_or(cidr)
+}
+
+#[test]
+fn podman_container_gets_cluster_and_two_nad_networks_and_loses_them_on_rm() {
+    if !prerequisites_or_skip("podman_container_gets_cluster_and_two_nad_networks_and_loses_them_on_rm") {
+        return;
+    }
+    let f = Fixture::new("a", "blue@blue0, green@green0");
+    let started = f.podman_run();
     assert!(
         started.status.success(),
         "podman run: {}\nagent log:\n{}",
         text(&started),
-        log()
+        f.agent_log()
     );
 
     // From inside the container.
-    let inside = podman.run(&["exec", &container, "/bin/ip", "-o", "addr"]);
+    let inside = f.podman.run(&["exec", &f.container, "/bin/ip", "-o", "addr"]);
     assert!(inside.status.success(), "podman exec: {}", text(&inside));
     let addresses = ipv4_addresses(&String::from_utf8_lossy(&inside.stdout));
-    let eth0 = address_of(&addresses, "eth0").unwrap_or_else(|| panic!("no eth0 address: {addresses:?}"));
-    let blue0 = address_of(&addresses, "blue0").unwrap_or_else(|| panic!("no blue0 address: {addresses:?}"));
-    let green0 =
-        address_of(&addresses, "green0").unwrap_or_else(|| panic!("no green0 address: {addresses:?}"));
+    let address = |ifname: &str| {
+        address_of(&addresses, ifname)
+            .unwrap_or_else(|| panic!("no {ifname} address: {addresses:?}"))
+            .to_string()
+    };
+    let (eth0, blue0, green0) = (address("eth0"), address("blue0"), address("green0"));
     assert!(eth0.starts_with("10.250.0."), "{addresses:?}");
     assert!(blue0.starts_with("192.168.77."), "{addresses:?}");
     assert!(green0.starts_with("192.168.78."), "{addresses:?}");
-    let ping = podman.run(&["exec", &container, "/bin/ping", "-c1", "-W2", "10.250.0.1"]);
+    let ping = f
+        .podman
+        .run(&["exec", &f.container, "/bin/ping", "-c1", "-W2", "10.250.0.1"]);
     assert!(ping.status.success(), "eth0 -> cluster gateway: {}", text(&ping));
 
     // What podman recorded is the cluster network's result only.
-    let inspect = podman.run(&[
+    let inspect = f.podman.run(&[
         "inspect",
         "--format",
         "{{json .NetworkSettings.Networks}}",
-        &container,
+        &f.container,
     ]);
     assert!(inspect.status.success(), "{}", text(&inspect));
     let networks: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap_or_default();
     assert_eq!(
-        networks[&network]["IPAddress"].as_str(),
-        eth0.split('/').next(),
+        networks[&f.network]["IPAddress"].as_str(),
+        Some(ip_of(&eth0)),
         "{networks}"
     );
 
     // The pod's network-status in the store.
-    let status = weft(&state, &["net", "status", &container]);
+    let status = weft(&f.state, &["net", "status", &f.container]);
     assert!(status.status.success(), "{}", text(&status));
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).expect("network-status");
     assert_eq!(status[0]["interface"], "eth0", "{status}");
     assert_eq!(status[0]["default"], true, "{status}");
-    assert_eq!(status[0]["ips"][0].as_str(), eth0.split('/').next(), "{status}");
+    assert_eq!(status[0]["ips"][0].as_str(), Some(ip_of(&eth0)), "{status}");
     assert_eq!(status[1]["name"], "default/blue", "{status}");
     assert_eq!(status[1]["interface"], "blue0", "{status}");
-    assert_eq!(status[1]["ips"][0].as_str(), blue0.split('/').next(), "{status}");
+    assert_eq!(status[1]["ips"][0].as_str(), Some(ip_of(&blue0)), "{status}");
     assert_eq!(status[2]["name"], "default/green", "{status}");
     assert_eq!(status[2]["interface"], "green0", "{status}");
-    assert_eq!(status[2]["ips"][0].as_str(), green0.split('/').next(), "{status}");
+    assert_eq!(status[2]["ips"][0].as_str(), Some(ip_of(&green0)), "{status}");
 
-    let held = weft(&state, &["ipam", "list", "--network", "blue"]);
+    let held = weft(&f.state, &["ipam", "list", "--network", "blue"]);
     let held = String::from_utf8_lossy(&held.stdout).into_owned();
-    assert!(held.contains(blue0.split('/').next().unwrap()), "{held}");
-    assert_eq!(node.bridge_ports("br-blue").len(), 1, "one veth on br-blue");
-    assert_eq!(node.bridge_ports("br-green").len(), 1, "one veth on br-green");
-    assert_eq!(node.bridge_ports("cni0").len(), 1, "one veth on cni0");
+    assert!(held.contains(ip_of(&blue0)), "{held}");
+    assert!(f.green_dir.join("green").join(ip_of(&green0)).exists());
+    for bridge in ["br-blue", "br-green", "cni0"] {
+        assert_eq!(f.node.bridge_ports(bridge).len(), 1, "one veth on {bridge}");
+    }
 
     // Removal: podman calls DEL; every attachment and reservation goes.
-    let removed = podman.run(&["rm", "-f", "-t0", &container]);
+    let removed = f.podman.run(&["rm", "-f", "-t0", &f.container]);
     assert!(
         removed.status.success(),
         "podman rm: {}\nagent log:\n{}",
         text(&removed),
-        log()
+        f.agent_log()
     );
-    for bridge in ["br-blue", "br-green", "cni0"] {
-        assert_eq!(
-            node.bridge_ports(bridge),
-            Vec::<String>::new(),
-            "veth left on {bridge}\nagent log:\n{}",
-            log()
-        );
-    }
-    let held = weft(&state, &["ipam", "list"]);
-    assert!(held.status.success(), "{}", text(&held));
-    let held = String::from_utf8_lossy(&held.stdout).into_owned();
-    assert!(
-        !held.contains("192.168.77."),
-        "weft-ipam reservation left after rm:\n{held}\nagent log:\n{}",
-        log()
-    );
-    let green_ip = green0.split('/').next().unwrap();
-    assert!(
-        !secondary_dir.join("green").join(green_ip).exists(),
-        "host-local reservation of green left after rm"
-    );
-    let cluster_ip = eth0.split('/').next().unwrap();
-    assert!(
-        !state.join("host-local/cluster").join(cluster_ip).exists(),
-        "host-local reservation of the cluster network left after rm"
-    );
-    let listed = podman.run(&["ps", "-aq"]);
+    f.assert_nothing_held("after podman rm");
+    let listed = f.podman.run(&["ps", "-aq"]);
     assert!(
         String::from_utf8_lossy(&listed.stdout).trim().is_empty(),
         "{}",
         text(&listed)
     );
-    drop(podman);
+}
+
+#[test]
+fn podman_run_fails_and_leaks_nothing_when_a_later_network_fails() {
+    if !prerequisites_or_skip("podman_run_fails_and_leaks_nothing_when_a_later_network_fails") {
+        return;
+    }
+    // eth0, blue0 and green0 attach, then `broken` fails: weft rolls back every earlier one.
+    let f = Fixture::new("b", "blue@blue0, green@green0, broken@broken0");
+    let started = f.podman_run();
+    assert!(
+        !started.status.success(),
+        "podman run must fail: {}\nagent log:\n{}",
+        text(&started),
+        f.agent_log()
+    );
+    let stderr = String::from_utf8_lossy(&started.stderr);
+    assert!(
+        stderr.contains("broken"),
+        "the error names the failing network: {stderr}"
+    );
+    f.assert_nothing_held("after the failed podman run");
+    let removed = f.podman.run(&["rm", "-af", "-t0"]);
+    assert!(removed.status.success(), "podman rm: {}", text(&removed));
+    f.assert_nothing_held("after podman rm");
 }
