@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use weft_store::{ListOptions, MemoryStore, Store, StoreError};
+use weft_store::{ListOptions, MemoryStore, Object, Store, StoreError};
 
 /// A store that counts calls, to hold the allocator to its O(1) promise.
 #[derive(Default)]
@@ -82,5 +82,69 @@ impl Store for Counting {
         rv: Option<&str>,
     ) -> Result<weft_store::WatchStream, StoreError> {
         self.inner.watch(ty, ns, opts, rv).await
+    }
+}
+
+/// A store that is never reachable.
+pub(crate) struct Down;
+fn down<T>() -> Result<T, weft_store::StoreError> {
+    Err(weft_store::StoreError::Unavailable("no such file".into()))
+}
+#[async_trait::async_trait]
+impl Store for Down {
+    async fn get(
+        &self,
+        _: &weft_store::ResourceType,
+        _: Option<&str>,
+        _: &str,
+    ) -> Result<Option<Object>, weft_store::StoreError> {
+        down()
+    }
+    async fn list(
+        &self,
+        _: &weft_store::ResourceType,
+        _: Option<&str>,
+        _: &weft_store::ListOptions,
+    ) -> Result<weft_store::ObjectList, weft_store::StoreError> {
+        down()
+    }
+    async fn create(
+        &self,
+        _: &weft_store::ResourceType,
+        _: Object,
+    ) -> Result<Object, weft_store::StoreError> {
+        down()
+    }
+    async fn update(
+        &self,
+        _: &weft_store::ResourceType,
+        _: Object,
+    ) -> Result<Object, weft_store::StoreError> {
+        down()
+    }
+    async fn update_status(
+        &self,
+        _: &weft_store::ResourceType,
+        _: Object,
+    ) -> Result<Object, weft_store::StoreError> {
+        down()
+    }
+    async fn delete(
+        &self,
+        _: &weft_store::ResourceType,
+        _: Option<&str>,
+        _: &str,
+        _: Option<&str>,
+    ) -> Result<Option<Object>, weft_store::StoreError> {
+        down()
+    }
+    async fn watch(
+        &self,
+        _: &weft_store::ResourceType,
+        _: Option<&str>,
+        _: &weft_store::ListOptions,
+        _: Option<&str>,
+    ) -> Result<weft_store::WatchStream, weft_store::StoreError> {
+        down()
     }
 }

@@ -348,66 +348,7 @@ async fn del_frees_a_double_hold_left_by_a_retried_add() {
 
 #[tokio::test]
 async fn status_of_a_failing_store_is_an_error() {
-    struct Down;
-    #[async_trait::async_trait]
-    impl Store for Down {
-        async fn get(
-            &self,
-            _: &weft_store::ResourceType,
-            _: Option<&str>,
-            _: &str,
-        ) -> Result<Option<weft_store::Object>, StoreError> {
-            Err(StoreError::Unavailable("down".into()))
-        }
-        async fn list(
-            &self,
-            _: &weft_store::ResourceType,
-            _: Option<&str>,
-            _: &ListOptions,
-        ) -> Result<weft_store::ObjectList, StoreError> {
-            Err(StoreError::Unavailable("down".into()))
-        }
-        async fn create(
-            &self,
-            _: &weft_store::ResourceType,
-            _: weft_store::Object,
-        ) -> Result<weft_store::Object, StoreError> {
-            Err(StoreError::Unavailable("down".into()))
-        }
-        async fn update(
-            &self,
-            _: &weft_store::ResourceType,
-            _: weft_store::Object,
-        ) -> Result<weft_store::Object, StoreError> {
-            Err(StoreError::Unavailable("down".into()))
-        }
-        async fn update_status(
-            &self,
-            _: &weft_store::ResourceType,
-            _: weft_store::Object,
-        ) -> Result<weft_store::Object, StoreError> {
-            Err(StoreError::Unavailable("down".into()))
-        }
-        async fn delete(
-            &self,
-            _: &weft_store::ResourceType,
-            _: Option<&str>,
-            _: &str,
-            _: Option<&str>,
-        ) -> Result<Option<weft_store::Object>, StoreError> {
-            Err(StoreError::Unavailable("down".into()))
-        }
-        async fn watch(
-            &self,
-            _: &weft_store::ResourceType,
-            _: Option<&str>,
-            _: &ListOptions,
-            _: Option<&str>,
-        ) -> Result<weft_store::WatchStream, StoreError> {
-            Err(StoreError::Unavailable("down".into()))
-        }
-    }
-    let store: Arc<dyn Store> = Arc::new(Down);
+    let store: Arc<dyn Store> = Arc::new(crate::testing::Down);
     let c = v4("10.0.0.0/24");
     assert!(usage(&store, &c).await.is_err());
     let err = allocate(&store, &c, &holder("a"), &[], None).await.unwrap_err();

@@ -274,69 +274,7 @@ async fn claim_errors_are_clear() {
 
 #[tokio::test]
 async fn status_is_code_50_when_the_store_is_unreachable() {
-    struct Down;
-    fn down<T>() -> Result<T, weft_store::StoreError> {
-        Err(weft_store::StoreError::Unavailable("no such file".into()))
-    }
-    #[async_trait::async_trait]
-    impl Store for Down {
-        async fn get(
-            &self,
-            _: &weft_store::ResourceType,
-            _: Option<&str>,
-            _: &str,
-        ) -> Result<Option<Object>, weft_store::StoreError> {
-            down()
-        }
-        async fn list(
-            &self,
-            _: &weft_store::ResourceType,
-            _: Option<&str>,
-            _: &weft_store::ListOptions,
-        ) -> Result<weft_store::ObjectList, weft_store::StoreError> {
-            down()
-        }
-        async fn create(
-            &self,
-            _: &weft_store::ResourceType,
-            _: Object,
-        ) -> Result<Object, weft_store::StoreError> {
-            down()
-        }
-        async fn update(
-            &self,
-            _: &weft_store::ResourceType,
-            _: Object,
-        ) -> Result<Object, weft_store::StoreError> {
-            down()
-        }
-        async fn update_status(
-            &self,
-            _: &weft_store::ResourceType,
-            _: Object,
-        ) -> Result<Object, weft_store::StoreError> {
-            down()
-        }
-        async fn delete(
-            &self,
-            _: &weft_store::ResourceType,
-            _: Option<&str>,
-            _: &str,
-            _: Option<&str>,
-        ) -> Result<Option<Object>, weft_store::StoreError> {
-            down()
-        }
-        async fn watch(
-            &self,
-            _: &weft_store::ResourceType,
-            _: Option<&str>,
-            _: &weft_store::ListOptions,
-            _: Option<&str>,
-        ) -> Result<weft_store::WatchStream, weft_store::StoreError> {
-            down()
-        }
-    }
-    let store: Arc<dyn Store> = Arc::new(Down);
+    let store: Arc<dyn Store> = Arc::new(crate::testing::Down);
     let conf = netconf(json!({}));
     let err = handle(req("STATUS", "", "", &conf), store.clone())
         .await
