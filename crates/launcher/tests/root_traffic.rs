@@ -1,4 +1,4 @@
-//! Root test: traffic through the masquerade wiring. A netns plays the guest (a veth on the
+//! Root tests: traffic through the masquerade and bridge wirings. A netns plays the guest (a veth on the
 //! `k6t-eth0` bridge standing in for the TAP's far side), another plays the node behind the pod's
 //! `eth0`. The node has no route to the VM network, so outbound traffic only works through the
 //! masquerade, and inbound traffic to the pod IP only reaches the guest through the DNAT.
@@ -189,5 +189,87 @@ fn masquerade_forwards_both_ways() -> Result<()> {
         "http://10.222.222.1/index.html",
     ]);
     assert!(after.is_err(), "no DNAT after teardown: {after:?}");
+    Ok(())
+}
+
+/// The bridge binding: the guest (a netns with the original pod MAC, configured from the lease)
+/// takes over the pod IP at L2 and talks to the node directly, both ways.
+#[test]
+fn bridge_binding_hands_the_pod_ip_to_the_guest() -> Result<()> {
+    if !is_root() {
+        eprintln!("skipping: needs root (CAP_NET_ADMIN)");
+        return Ok(());
+    }
+    let pod = Netns::new("bpod")?;
+    let node = Netns::new("bnode")?;
+    let guest = Netns::new("bguest")?;
+    pod.ip(&[
+        "link", "add", "eth0", "type", "veth", "peer", "name", "wt-node", "netns", &node.0,
+    ])?;
+    pod.ip(&["addr", "add", "10.222.222.1/30", "dev", "eth0"])?;
+    pod.ip(&["link", "set", "eth0", "up"])?;
+    pod.ip(&["route", "add", "default", "via", "10.222.222.2"])?;
+    node.ip(&["addr", "add", "10.222.222.2/30", "dev", "wt-node"])?;
+    node.ip(&["link", "set", "wt-node", "up"])?;
+
+    let mut backend = NetlinkBackend::open(format!("/run/netns/{}", pod.0))?;
+    let pod_link = backend.discover("eth0")?.context("eth0")?;
+    let plan = plan_wiring(&WiringRequest {
+        binding: Binding::Bridge,
+        pod_iface: "eth0".to_string(),
+        primary: true,
+        interface_index: 0,
+        pod_link,
+        guest_mac: None,
+        vm_cidrs: VmNetworkCidrs::default(),
+        tap: TapSettings {
+            owner: TapOwner { uid: 0, gid: 0 },
+            queues: 1,
+        },
+    })?;
+    apply(&mut backend, &plan)?;
+
+    let lease = plan.lease.as_ref().unwrap();
+    let v4 = lease.ipv4.as_ref().unwrap();
+    assert_eq!(v4.address.to_string(), "10.222.222.1/30");
+    pod.ip(&[
+        "link", "add", "wt-gport", "type", "veth", "peer", "name", "eth0", "netns", &guest.0,
+    ])?;
+    pod.ip(&["link", "set", "wt-gport", "master", &plan.names.bridge, "up"])?;
+    guest.ip(&[
+        "link",
+        "set",
+        "eth0",
+        "address",
+        &lease.client_mac.unwrap().to_string(),
+    ])?;
+    guest.ip(&["addr", "add", &v4.address.to_string(), "dev", "eth0"])?;
+    guest.ip(&["link", "set", "eth0", "up"])?;
+    guest.ip(&["route", "add", "default", "via", &v4.router.unwrap().to_string()])?;
+
+    let www = tempfile::tempdir()?;
+    std::fs::write(www.path().join("index.html"), "hello-from-node\n")?;
+    let _node_httpd = httpd(&node, www.path())?;
+    let guest_www = www.path().join("guest");
+    std::fs::create_dir_all(&guest_www)?;
+    std::fs::write(guest_www.join("index.html"), "hello-from-guest\n")?;
+    let _guest_httpd = httpd(&guest, &guest_www)?;
+
+    assert_eq!(
+        wget(&guest, "http://10.222.222.2/index.html")?,
+        "hello-from-node\n"
+    );
+    assert_eq!(
+        wget(&node, "http://10.222.222.1/index.html")?,
+        "hello-from-guest\n"
+    );
+
+    pod.ip(&["link", "del", "wt-gport"])?;
+    teardown(&mut backend, &plan)?;
+    assert!(
+        pod.ip(&["addr", "show", "dev", "eth0"])?
+            .contains("10.222.222.1/30"),
+        "pod IP restored"
+    );
     Ok(())
 }
