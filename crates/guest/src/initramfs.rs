@@ -225,6 +225,28 @@ mod tests {
         out
     }
 
+    proptest::proptest! {
+        #[test]
+        fn every_member_reads_back_unchanged(
+            busybox in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..2048),
+            modules in proptest::collection::vec(("[a-z_]{1,16}", proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)), 0..4),
+        ) {
+            let entries = initramfs_entries(busybox, modules);
+            let members = read_back(&encode(&entries).unwrap());
+            proptest::prop_assert_eq!(members.len(), entries.len());
+            for (entry, member) in entries.iter().zip(&members) {
+                proptest::prop_assert_eq!(&entry.path, &member.0);
+                proptest::prop_assert_eq!(entry.mode(), member.1);
+                let data: &[u8] = match &entry.kind {
+                    EntryKind::File(contents) => contents,
+                    EntryKind::Symlink(target) => target.as_bytes(),
+                    _ => &[],
+                };
+                proptest::prop_assert_eq!(data, member.4.as_slice());
+            }
+        }
+    }
+
     #[test]
     fn archive_has_console_busybox_modules_and_init() {
         let entries = initramfs_entries(
