@@ -1,7 +1,7 @@
 //! Where the cluster lives: opening the store and the kinds weft knows.
 
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
 use weft_store::{Object, Resource, ResourceType, Store};
@@ -9,13 +9,51 @@ use weft_store::{Object, Resource, ResourceType, Store};
 /// File name of the embedded store inside the state directory.
 pub const STORE_FILE: &str = "store.db";
 
-/// Open the embedded store of the local cluster at `state/store.db`.
-pub fn open_store(state: &Path) -> anyhow::Result<Arc<dyn Store>> {
-    std::fs::create_dir_all(state).with_context(|| format!("create state directory {}", state.display()))?;
-    let path = state.join(STORE_FILE);
-    let store =
-        weft_store::SqliteStore::open(&path).with_context(|| format!("open store {}", path.display()))?;
-    Ok(Arc::new(store))
+/// Which cluster the process talks to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum StoreTarget {
+    /// The embedded store of the local cluster (`<state>/store.db`), the default.
+    #[default]
+    Embedded,
+    /// A Kubernetes API server, from a kubeconfig file or (`None`) the in-cluster config.
+    Kubernetes(Option<PathBuf>),
+}
+
+static TARGET: OnceLock<StoreTarget> = OnceLock::new();
+
+/// Choose the cluster for this process (once, from the command line).
+pub fn set_target(target: StoreTarget) {
+    let _ = TARGET.set(target);
+}
+
+/// Whether the process talks to a Kubernetes API server.
+pub fn is_kubernetes() -> bool {
+    matches!(TARGET.get(), Some(StoreTarget::Kubernetes(_)))
+}
+
+/// Open the cluster store: the embedded store at `state/store.db`, or Kubernetes.
+pub async fn open_store(state: &Path) -> anyhow::Result<Arc<dyn Store>> {
+    match TARGET.get().cloned().unwrap_or_default() {
+        StoreTarget::Embedded => {
+            std::fs::create_dir_all(state)
+                .with_context(|| format!("create state directory {}", state.display()))?;
+            let path = state.join(STORE_FILE);
+            let store = weft_store::SqliteStore::open(&path)
+                .with_context(|| format!("open store {}", path.display()))?;
+            Ok(Arc::new(store))
+        }
+        StoreTarget::Kubernetes(Some(path)) => {
+            let store = weft_store::KubeStore::from_kubeconfig(&path)
+                .await
+                .with_context(|| format!("kubeconfig {}", path.display()))?;
+            Ok(Arc::new(store))
+        }
+        StoreTarget::Kubernetes(None) => Ok(Arc::new(
+            weft_store::KubeStore::try_default()
+                .await
+                .context("in-cluster Kubernetes config")?,
+        )),
+    }
 }
 
 /// Every kind weft reads or writes.

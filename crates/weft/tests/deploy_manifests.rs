@@ -401,12 +401,16 @@ fn daemonset_runs_the_agent_with_the_host_dirs_and_installs_the_plugins_atomical
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| strings(&c["args"]).first() == Some(&"agent"))
+        .find(|c| strings(&c["args"]).contains(&"agent"))
         .expect("a container running `weft agent`");
     assert_eq!(agent["securityContext"]["privileged"], true);
     assert!(agent["image"].as_str().unwrap().contains("weft"));
     let args = strings(&agent["args"]);
     assert_eq!(flag(&args, "--node"), Some("$(NODE_NAME)"));
+    assert!(
+        args.contains(&"--in-cluster"),
+        "the agent talks to the API server: {args:?}"
+    );
     let node_name = agent["env"]
         .as_array()
         .unwrap()
@@ -470,7 +474,12 @@ fn daemonset_runs_the_agent_with_the_host_dirs_and_installs_the_plugins_atomical
 
     let controller = named(&docs, "Deployment", "weft-controller");
     let container = &controller["spec"]["template"]["spec"]["containers"][0];
-    assert_eq!(strings(&container["args"]), vec!["controller"]);
+    let args = strings(&container["args"]);
+    assert_eq!(args.last(), Some(&"controller"));
+    assert!(
+        args.contains(&"--in-cluster"),
+        "the controller talks to the API server: {args:?}"
+    );
 }
 
 #[test]

@@ -1,16 +1,22 @@
-//! The meta-plugin on the agent: ADD attaches the cluster network then every selected network
-//! through their delegate plugins (rolling back on failure) and writes network-status on the
-//! pod; DEL detaches what the cache says was attached; CHECK, STATUS and GC reach every delegate.
+//! The meta-plugin on the agent. Decisions come from `weft_meta` (plan, cache record, DEL
+//! plan); this module only gathers what they need (pod, NADs, conf files, cache bytes), runs
+//! the plan through the executor on a blocking thread, and writes the cache and network-status.
+
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use weft_cni::runtime::{CniRuntime, RuntimeConf};
-use weft_cni::{CniArgs, CniCommand, CniError, NetworkConfigList, RequestEnv, codes};
-use weft_meta::MetaConfig;
-use weft_store::Api;
+use weft_cni::runtime::CniRuntime;
+use weft_cni::{CniCommand, CniError, RequestEnv, codes};
+use weft_meta::flow::{AddDecision, PodLookup, decide_add, decide_del_plan, plan_error_code};
+use weft_meta::{
+    AttachmentRequest, CacheAfterDel, CacheRecord, DelegatePlan, Executor, MemoryCatalog, MetaConfig,
+    PathEntry,
+};
+use weft_netconf::NetworkAttachmentDefinition;
+use weft_store::{Api, ListOptions};
 
 use super::Agent;
-use super::cache::{self, CacheRead, CachedDelegate, ContainerCache};
-use super::plan::{self, PodRef};
+use super::routes::NetnsRouteEditor;
 use crate::kinds::Pod;
 use crate::protocol::CniRequest;
 
@@ -31,13 +37,13 @@ pub async fn handle(agent: &Agent, request: CniRequest, single: bool) -> Result<
             "hot-plug (/delegate) is not supported yet",
         ));
     }
-    let pod = PodRef::from_args(&env.args);
+    let request = AttachmentRequest::from_request_env(&env);
     match env.command {
-        CniCommand::Add => add(agent, &config, &env, &pod).await.map(Some),
-        CniCommand::Del => del(agent, &config, &env, &pod).await.map(|()| None),
-        CniCommand::Check => check(agent, &env).await.map(|()| None),
+        CniCommand::Add => add(agent, &config, &request).await.map(Some),
+        CniCommand::Del => del(agent, &config, &request).await.map(|()| None),
+        CniCommand::Check => check(agent, &request).await.map(|()| None),
         CniCommand::Status => status(agent, &config).await.map(|()| None),
-        CniCommand::Gc => Ok(None),
+        CniCommand::Gc => gc(agent).await.map(|()| None),
         CniCommand::Version => Err(CniError::new(
             codes::INVALID_ENVIRONMENT,
             "VERSION is answered by the shim",
@@ -45,173 +51,173 @@ pub async fn handle(agent: &Agent, request: CniRequest, single: bool) -> Result<
     }
 }
 
-fn runtime(agent: &Agent) -> CniRuntime {
-    CniRuntime::new(agent.args.cni_bin_dirs.clone())
-}
-
-fn runtime_conf(env: &RequestEnv, delegate: &CachedDelegate) -> RuntimeConf {
-    RuntimeConf {
-        container_id: env.container_id.clone(),
-        netns: env.netns.clone(),
-        ifname: delegate.ifname.clone(),
-        args: CniArgs::from_pairs(delegate.args.clone()),
-        capability_args: delegate.capability_args.clone(),
+/// The pod of a request, as planning sees it (`None`: not in the store).
+async fn pod_of(agent: &Agent, request: &AttachmentRequest) -> Result<Option<weft_meta::Pod>, CniError> {
+    let (ns, name) = (&request.k8s.pod_namespace, &request.k8s.pod_name);
+    let ns = if ns.is_empty() { "default" } else { ns.as_str() };
+    if name.is_empty() {
+        return Ok(None);
     }
-}
-
-fn list_of(delegate: &CachedDelegate) -> Result<NetworkConfigList, CniError> {
-    weft_cni::AnyNetworkConfig::from_bytes(delegate.config.as_bytes())
-        .map(super::plan::into_list)
-        .map_err(|e| {
-            CniError::new(
-                codes::INVALID_NETWORK_CONFIG,
-                format!("delegate {}", delegate.name),
-            )
-            .with_details(e.to_string())
-        })
-}
-
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, CniError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| internal("delegate task failed", e))
-}
-
-async fn get_pod(agent: &Agent, pod: &PodRef) -> Result<Option<Pod>, CniError> {
-    Api::<Pod>::namespaced(agent.store.clone(), &pod.namespace)
-        .get(&pod.name)
+    let pod = Api::<Pod>::namespaced(agent.store.clone(), ns)
+        .get(name)
         .await
         .map_err(|e| {
-            CniError::new(
-                codes::TRY_AGAIN_LATER,
-                format!("cannot read pod {}/{}", pod.namespace, pod.name),
-            )
-            .with_details(e.to_string())
-        })
+            CniError::new(codes::TRY_AGAIN_LATER, format!("cannot read pod {ns}/{name}"))
+                .with_details(e.to_string())
+        })?;
+    Ok(pod.map(|p| weft_meta::Pod {
+        namespace: ns.to_string(),
+        name: name.clone(),
+        uid: p.metadata.uid.clone().unwrap_or_default(),
+        annotations: p.metadata.annotations.clone(),
+    }))
 }
 
-async fn add(
-    agent: &Agent,
-    config: &MetaConfig,
-    env: &RequestEnv,
-    pod_ref: &PodRef,
-) -> Result<Value, CniError> {
-    let pod = get_pod(agent, pod_ref).await?;
-    if let (Some(pod), Some(uid)) = (&pod, pod_ref.uid.as_deref())
-        && pod.metadata.uid.as_deref().is_some_and(|u| u != uid)
-    {
-        return Err(CniError::new(
-            codes::OBJECT_INVALID,
-            format!(
-                "expected pod UID {uid:?} but got {:?} from the store",
-                pod.metadata.uid.as_deref().unwrap_or("")
-            ),
-        ));
-    }
-    let delegates = plan::plan(agent, config, env, pod_ref, pod.as_ref()).await?;
-    let mut record = ContainerCache {
-        version: cache::CACHE_VERSION,
-        container_id: env.container_id.clone(),
-        netns: env.netns.clone(),
-        pod: (
-            pod_ref.namespace.clone(),
-            pod_ref.name.clone(),
-            pod_ref.uid.clone().unwrap_or_default(),
-        ),
-        delegates,
-    };
-    let cache_dir = agent.args.cache_dir.clone();
-    cache::write(&cache_dir, &record).map_err(|e| internal("cannot write the attachment cache", e))?;
-    for index in 0..record.delegates.len() {
-        let delegate = record.delegates[index].clone();
-        let list = list_of(&delegate)?;
-        let conf = runtime_conf(env, &delegate);
-        let cni = runtime(agent);
-        let outcome = blocking(move || cni.add(&list, &conf)).await?;
-        match outcome {
-            Ok(result) => {
-                record.delegates[index].result = Some(result);
-                cache::write(&cache_dir, &record)
-                    .map_err(|e| internal("cannot write the attachment cache", e))?;
-            }
-            Err(error) => {
-                agent
-                    .metrics
-                    .delegate_errors
-                    .get_or_create(&super::metrics::DelegateLabels {
-                        plugin: list_type(&delegate),
-                    })
-                    .inc();
-                let rollback = rollback(agent, env, &record.delegates[..=index]).await;
-                let _ = cache::remove(&cache_dir, &env.container_id);
-                let mut err = error.to_cni_error();
-                err.msg = format!(
-                    "[{}/{}:{}]: error adding container to network {:?}: {}",
-                    pod_ref.namespace, pod_ref.name, delegate.name, delegate.name, err.msg
-                );
-                if !rollback.is_empty() {
-                    err.details = format!("{}; rollback: {}", err.details, rollback.join("; "));
-                }
-                return Err(err);
-            }
-        }
-    }
-    if pod.is_some() {
-        write_network_status(agent, pod_ref, &record).await?;
-    }
-    let master = record
-        .delegates
-        .iter()
-        .find(|d| d.master)
-        .or(record.delegates.first())
-        .and_then(|d| d.result.clone())
+fn read_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.path().is_file())
+                .filter_map(|e| Some((e.file_name().into_string().ok()?, std::fs::read(e.path()).ok()?)))
+                .collect()
+        })
         .unwrap_or_default();
-    weft_cni::result_to_value(&master, weft_cni::CniVersion::LATEST)
-        .map_err(|e| internal("cannot encode the result", e))
+    files.sort();
+    files
 }
 
-fn list_type(delegate: &CachedDelegate) -> String {
-    list_of(delegate)
-        .ok()
-        .and_then(|l| l.plugins().first().map(|p| p.plugin_type().to_string()))
-        .unwrap_or_default()
-}
-
-/// DEL `delegates` in reverse order, collecting every error.
-async fn rollback(agent: &Agent, env: &RequestEnv, delegates: &[CachedDelegate]) -> Vec<String> {
-    let mut errors = Vec::new();
-    for delegate in delegates.iter().rev() {
-        let list = match list_of(delegate) {
-            Ok(list) => list,
-            Err(e) => {
-                errors.push(format!("{}: {e}", delegate.name));
-                continue;
-            }
-        };
-        let conf = runtime_conf(env, delegate);
-        let cached = delegate.result.clone();
-        let cni = runtime(agent);
-        match blocking(move || cni.del(&list, &conf, cached.as_ref())).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => errors.push(format!("{}: {e}", delegate.name)),
-            Err(e) => errors.push(format!("{}: {e}", delegate.name)),
+fn path_entry(path: &str) -> PathEntry {
+    let p = Path::new(path);
+    if p.is_dir() {
+        PathEntry::Dir(read_files(p))
+    } else {
+        match std::fs::read(p) {
+            Ok(bytes) => PathEntry::File(bytes),
+            Err(e) => PathEntry::Missing(format!("stat {path}: {e}")),
         }
     }
-    errors
 }
 
-async fn write_network_status(agent: &Agent, pod: &PodRef, record: &ContainerCache) -> Result<(), CniError> {
-    let statuses: Vec<weft_netconf::NetworkStatus> = record
-        .delegates
-        .iter()
-        .filter_map(|d| {
-            d.result
-                .as_ref()
-                .map(|r| weft_netconf::network_statuses(r, &d.name, d.master, None))
-        })
-        .flatten()
-        .collect();
-    let value = weft_netconf::format_network_status_annotation(&statuses);
+/// A snapshot of what planning may look up: the NADs (from the store or its watch cache), the
+/// conf dir, and the files `clusterNetwork`/`defaultNetworks` name.
+async fn catalog(agent: &Agent, config: &MetaConfig) -> Result<MemoryCatalog, CniError> {
+    let nads = Api::<NetworkAttachmentDefinition>::all(agent.store.clone())
+        .list(&ListOptions::default())
+        .await
+        .map_err(|e| {
+            CniError::new(codes::TRY_AGAIN_LATER, "cannot list NetworkAttachmentDefinitions")
+                .with_details(e.to_string())
+        })?;
+    let mut catalog = MemoryCatalog {
+        nads: nads
+            .into_iter()
+            .map(|n| {
+                (
+                    (
+                        n.metadata.namespace.clone().unwrap_or_default(),
+                        n.metadata.name.clone(),
+                    ),
+                    n,
+                )
+            })
+            .collect(),
+        conf_dir_files: read_files(Path::new(&config.conf_dir)),
+        ..Default::default()
+    };
+    for path in config.static_paths() {
+        catalog.paths.insert(path.to_string(), path_entry(path));
+    }
+    Ok(catalog)
+}
+
+fn cache_path(agent: &Agent, container_id: &str) -> PathBuf {
+    agent.args.cache_dir.join(format!("{container_id}.json"))
+}
+
+fn write_cache(agent: &Agent, record: &CacheRecord) -> Result<(), CniError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = cache_path(agent, &record.container_id);
+    let tmp = path.with_extension("tmp");
+    let write = || -> std::io::Result<()> {
+        std::fs::create_dir_all(&agent.args.cache_dir)?;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        std::io::Write::write_all(&mut file, &record.to_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, &path)
+    };
+    write().map_err(|e| internal(format!("cannot write the attachment cache {}", path.display()), e))
+}
+
+fn remove_cache(agent: &Agent, container_id: &str) {
+    let _ = std::fs::remove_file(cache_path(agent, container_id));
+}
+
+/// Run `f` with an executor on a blocking thread (delegates are processes; waiting is blocking).
+async fn execute<T: Send + 'static>(
+    agent: &Agent,
+    f: impl FnOnce(&Executor<'_, weft_cni::runtime::exec::ProcessExec>) -> T + Send + 'static,
+) -> Result<T, CniError> {
+    let search = agent.args.cni_bin_dirs.clone();
+    let parallelism = agent.args.parallel_delegates;
+    tokio::task::spawn_blocking(move || {
+        let cni = CniRuntime::new(search);
+        let routes = NetnsRouteEditor;
+        f(&Executor::new(&cni, &routes).with_parallelism(parallelism))
+    })
+    .await
+    .map_err(|e| internal("delegate task failed", e))
+}
+
+async fn add(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) -> Result<Value, CniError> {
+    let pod = pod_of(agent, request).await?;
+    let lookup = match &pod {
+        Some(pod) => PodLookup::Found(pod),
+        None => PodLookup::NotFound,
+    };
+    let catalog = catalog(agent, config).await?;
+    let (plans, record) = match decide_add(config, request, lookup, &catalog).map_err(|e| e.to_cni_error())? {
+        AddDecision::Synthetic(result) => {
+            return weft_cni::result_to_value(&result, weft_cni::CniVersion::LATEST)
+                .map_err(|e| internal("result", e));
+        }
+        AddDecision::Run { plans, cache } => (plans, cache),
+    };
+    write_cache(agent, &record)?;
+    let req = request.clone();
+    let outcome = execute(agent, move |executor| executor.add(&req, &plans)).await?;
+    match outcome {
+        Ok(outcome) => {
+            write_cache(agent, &record.with_results(outcome.results.clone()))?;
+            if let Some(pod) = &pod {
+                write_network_status(agent, pod, &outcome.statuses).await?;
+            }
+            weft_cni::result_to_value(&outcome.result, weft_cni::CniVersion::LATEST)
+                .map_err(|e| internal("result", e))
+        }
+        Err(error) => {
+            agent
+                .metrics
+                .delegate_errors
+                .get_or_create(&super::metrics::DelegateLabels { plugin: "add".into() })
+                .inc();
+            remove_cache(agent, &request.container_id);
+            Err(error.to_cni_error())
+        }
+    }
+}
+
+async fn write_network_status(
+    agent: &Agent,
+    pod: &weft_meta::Pod,
+    statuses: &[weft_netconf::NetworkStatus],
+) -> Result<(), CniError> {
+    let value = weft_netconf::format_network_status_annotation(statuses);
     let outcome = Api::<Pod>::namespaced(agent.store.clone(), &pod.namespace)
         .modify_status(&pod.name, |p| {
             let changed =
@@ -233,65 +239,90 @@ async fn write_network_status(agent: &Agent, pod: &PodRef, record: &ContainerCac
     }
 }
 
-async fn del(agent: &Agent, config: &MetaConfig, env: &RequestEnv, pod_ref: &PodRef) -> Result<(), CniError> {
-    let cache_dir = agent.args.cache_dir.clone();
-    let delegates = match cache::read(&cache_dir, &env.container_id) {
-        CacheRead::Found(record) => record.delegates,
-        other => {
-            if let CacheRead::Corrupt(reason) = &other {
-                tracing::warn!(container = %env.container_id, %reason, "attachment cache unreadable: recomputing the delegates from the pod");
-            }
-            let pod = get_pod(agent, pod_ref).await.unwrap_or(None);
-            match (&other, pod) {
-                (CacheRead::Missing, None) => {
-                    tracing::info!(container = %env.container_id, "DEL: nothing cached and the pod is gone; only the cluster network is detached");
-                    plan::cluster_only(agent, config, env).await?
-                }
-                (_, pod) => plan::plan(agent, config, env, pod_ref, pod.as_ref()).await?,
-            }
-        }
+async fn del(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) -> Result<(), CniError> {
+    let cached = std::fs::read(cache_path(agent, &request.container_id)).ok();
+    let pod = pod_of(agent, request).await.unwrap_or(None);
+    let lookup = match &pod {
+        Some(pod) => PodLookup::Found(pod),
+        None => PodLookup::NotFound,
     };
-    let errors = rollback(agent, env, &delegates).await;
-    if errors.is_empty() {
-        cache::remove(&cache_dir, &env.container_id)
-            .map_err(|e| internal("cannot remove the attachment cache", e))?;
+    let catalog = catalog(agent, config).await?;
+    let plan = decide_del_plan(config, request, cached.as_deref(), lookup, &catalog)
+        .map_err(|e| CniError::new(plan_error_code(&e), e.to_string()))?;
+    for warning in &plan.warnings {
+        tracing::warn!(container = %request.container_id, "DEL: {warning}");
+    }
+    let req = request.clone();
+    let (delegates, results) = (plan.delegates, plan.cached_results);
+    let outcome = execute(agent, move |executor| executor.del(&req, &delegates, &results)).await?;
+    let errors: Vec<String> = match &outcome {
+        Ok(()) => Vec::new(),
+        Err(weft_meta::ExecutorError::Delegates(list)) => {
+            list.iter().map(|(n, e)| format!("{n}: {e}")).collect()
+        }
+        Err(other) => vec![other.to_string()],
+    };
+    if weft_meta::cache_after_del(&errors) == CacheAfterDel::Remove {
+        remove_cache(agent, &request.container_id);
         Ok(())
     } else {
-        Err(CniError::new(
-            codes::DELEGATE_FAILED,
-            "DEL failed for some delegates; the cache is kept for a retry",
-        )
-        .with_details(errors.join("; ")))
+        outcome.map_err(|e| e.to_cni_error())
     }
 }
 
-async fn check(agent: &Agent, env: &RequestEnv) -> Result<(), CniError> {
-    let CacheRead::Found(record) = cache::read(&agent.args.cache_dir, &env.container_id) else {
-        return Err(CniError::new(
+fn cached_record(agent: &Agent, container_id: &str) -> Result<CacheRecord, CniError> {
+    let bytes = std::fs::read(cache_path(agent, container_id)).map_err(|_| {
+        CniError::new(
             codes::UNKNOWN_CONTAINER,
-            format!("no attachment of container {}", env.container_id),
-        ));
+            format!("no attachment of container {container_id}"),
+        )
+    })?;
+    CacheRecord::decode(&bytes, container_id).map_err(|e| CniError::new(codes::IO_FAILURE, e.to_string()))
+}
+
+async fn check(agent: &Agent, request: &AttachmentRequest) -> Result<(), CniError> {
+    let record = cached_record(agent, &request.container_id)?;
+    let req = request.clone();
+    execute(agent, move |executor| {
+        executor.check(&req, &record.delegates, &record.results)
+    })
+    .await?
+    .map_err(|e| e.to_cni_error())
+}
+
+/// The configuration's own networks (cluster network, default networks), planned without a pod.
+fn static_plans(config: &MetaConfig, catalog: &MemoryCatalog) -> Result<Vec<DelegatePlan>, CniError> {
+    let request = AttachmentRequest {
+        ifname: "eth0".into(),
+        ..Default::default()
     };
-    for delegate in &record.delegates {
-        let list = list_of(delegate)?;
-        let conf = runtime_conf(env, delegate);
-        let cached = delegate.result.clone();
-        let cni = runtime(agent);
-        blocking(move || cni.check(&list, &conf, cached.as_ref()))
-            .await?
-            .map_err(|e| {
-                let mut err = e.to_cni_error();
-                err.msg = format!("CHECK of {}: {}", delegate.name, err.msg);
-                err
-            })?;
+    match decide_add(config, &request, PodLookup::NoApi, catalog).map_err(|e| e.to_cni_error())? {
+        AddDecision::Run { plans, .. } => Ok(plans),
+        AddDecision::Synthetic(_) => Ok(Vec::new()),
     }
-    Ok(())
 }
 
 async fn status(agent: &Agent, config: &MetaConfig) -> Result<(), CniError> {
-    let cluster = plan::cluster_list(config)?;
-    let cni = runtime(agent);
-    blocking(move || cni.status(&cluster))
+    let catalog = catalog(agent, config).await?;
+    let plans = static_plans(config, &catalog)?;
+    execute(agent, move |executor| executor.status(&plans))
+        .await?
+        .map_err(|e| {
+            let err = e.to_cni_error();
+            CniError::new(codes::PLUGIN_NOT_AVAILABLE, err.msg).with_details(err.details)
+        })
+}
+
+async fn gc(agent: &Agent) -> Result<(), CniError> {
+    let records: Vec<CacheRecord> = read_files(&agent.args.cache_dir)
+        .into_iter()
+        .filter_map(|(name, bytes)| {
+            let container = name.strip_suffix(".json")?;
+            CacheRecord::decode(&bytes, container).ok()
+        })
+        .collect();
+    let targets = weft_meta::cache::gc_targets(&records);
+    execute(agent, move |executor| executor.gc(&targets))
         .await?
         .map_err(|e| e.to_cni_error())
 }

@@ -1,10 +1,9 @@
 //! The node agent: the thick CNI plugin behind `weft-cni` (meta-plugin), and in the local
 //! cluster also the kubelet (pod sandboxes) and launcher (guest wiring, DHCP, QEMU) roles.
 
-mod cache;
 mod cni;
 mod metrics;
-mod plan;
+mod routes;
 mod server;
 
 use std::path::{Path, PathBuf};
@@ -37,6 +36,10 @@ pub struct AgentArgs {
     /// Per-container cache of what was attached (for DEL).
     #[arg(long, default_value = "/var/lib/weft/cache")]
     pub cache_dir: PathBuf,
+    /// How many secondary delegates run at once after the cluster network (1: one after
+    /// another, as Multus).
+    #[arg(long, default_value_t = 4)]
+    pub parallel_delegates: usize,
     /// Local-cluster mode: also run pod sandboxes and guests for pods bound to this node.
     #[arg(long)]
     pub local: bool,
@@ -68,7 +71,25 @@ impl Agent {
 
 /// `weft agent`: serve until SIGTERM/SIGINT.
 pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
-    let store = crate::cluster::open_store(state)?;
+    let mut store = crate::cluster::open_store(state).await?;
+    if crate::cluster::is_kubernetes() {
+        // The hot path reads pods and NADs on every CNI request: serve them from watch caches.
+        let cached = weft_store::CachedStore::new(
+            store,
+            vec![
+                (
+                    <crate::kinds::Pod as weft_store::Resource>::resource_type(),
+                    weft_store::ListOptions::default().field("spec.nodeName", &args.node),
+                ),
+                (
+                    <weft_netconf::NetworkAttachmentDefinition as weft_store::Resource>::resource_type(),
+                    weft_store::ListOptions::default(),
+                ),
+            ],
+        );
+        cached.wait_synced(std::time::Duration::from_secs(20)).await?;
+        store = Arc::new(cached);
+    }
     let agent = Arc::new(Agent {
         args: args.clone(),
         state_dir: state.to_path_buf(),

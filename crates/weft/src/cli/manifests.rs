@@ -96,7 +96,7 @@ pub async fn apply(state: &Path, file: &Path) -> anyhow::Result<i32> {
         std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?
     };
     let objects = parse_manifests(&text, &file.display().to_string())?;
-    let store = cluster::open_store(state)?;
+    let store = cluster::open_store(state).await?;
     for line in apply_objects(store.as_ref(), objects).await? {
         println!("{line}");
     }

@@ -17,6 +17,12 @@ pub struct Cli {
     /// State directory of the local cluster (store, logs, pids).
     #[arg(long, global = true, env = "WEFT_STATE_DIR", default_value = "/var/lib/weft")]
     pub state_dir: PathBuf,
+    /// Talk to a Kubernetes API server with this kubeconfig instead of the embedded store.
+    #[arg(long, global = true)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Talk to the Kubernetes API server of the cluster this runs in (service account).
+    #[arg(long, global = true)]
+    pub in_cluster: bool,
     /// Log filter (tracing env-filter syntax), e.g. `info`, `weft=debug`.
     #[arg(long, global = true, env = "WEFT_LOG", default_value = "info")]
     pub log: String,
@@ -159,6 +165,11 @@ fn init_logging(filter: &str) {
 
 async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     let state = cli.state_dir.clone();
+    crate::cluster::set_target(match (&cli.kubeconfig, cli.in_cluster) {
+        (Some(path), _) => crate::cluster::StoreTarget::Kubernetes(Some(path.clone())),
+        (None, true) => crate::cluster::StoreTarget::Kubernetes(None),
+        (None, false) => crate::cluster::StoreTarget::Embedded,
+    });
     match cli.command {
         Command::Up(args) => crate::local::up(&state, args).await,
         Command::Down => crate::local::down(&state).await,

@@ -21,7 +21,7 @@ const RESYNC: Duration = Duration::from_millis(400);
 
 /// `weft controller`.
 pub async fn run(state: &Path) -> anyhow::Result<i32> {
-    let store = crate::cluster::open_store(state)?;
+    let store = crate::cluster::open_store(state).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
         if let Err(e) = reconcile(&store).await {

@@ -177,7 +177,7 @@ async fn bring_up(
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(&exe, &link).with_context(|| format!("link {}", link.display()))?;
     }
-    let store = cluster::open_store(state)?;
+    let store = cluster::open_store(state).await?;
     network::create(topology).await?;
     for node in &topology.nodes {
         std::fs::create_dir_all(node.conf_dir())?;
@@ -254,7 +254,7 @@ async fn wait_for_socket(socket: &Path, timeout: Duration) -> anyhow::Result<()>
 }
 
 async fn wait_for_guests(topology: &Topology, args: &UpArgs) -> anyhow::Result<i32> {
-    let store = cluster::open_store(&topology.state_dir)?;
+    let store = cluster::open_store(&topology.state_dir).await?;
     let vmis = Api::<weft_vm::VirtualMachineInstance>::all(store.clone());
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
     println!("waiting for the VMs to run and lease an address on every NIC...");

@@ -1,0 +1,360 @@
+//! End-to-end IPAM benchmark: concurrent workers each run ADD then DEL cycles of plugin
+//! processes on one pool, for `weft-ipam` (the weft binary under that name, embedded store)
+//! and the reference `host-local` plugin, plus a baseline of exec'ing `/bin/true` as often.
+//! Every ADD result is checked against the addresses live at that moment: a duplicate is
+//! counted (and must be 0).
+//!
+//! ```text
+//! cargo run --release -p weft --example ipam_bench -- [cycles per worker] [workers] [rounds]
+//! ```
+//!
+//! The weft binary is `target/<profile>/weft` next to this example (built first if `cargo`
+//! started us), or `$WEFT_BIN`; host-local is `/usr/lib/cni/host-local` or `$HOST_LOCAL`.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+/// The pool every plugin allocates from.
+const RANGE: &str = "10.77.0.0/24";
+const GATEWAY: &str = "10.77.0.1";
+
+/// One kind of process under test.
+#[derive(Clone)]
+struct Subject {
+    name: &'static str,
+    program: PathBuf,
+    /// Network config on stdin; `None` for the exec baseline.
+    config: Option<Value>,
+}
+
+/// What one phase measured.
+struct Figures {
+    cycles: usize,
+    elapsed: Duration,
+    add: Duration,
+    del: Duration,
+    duplicates: usize,
+    failures: Vec<String>,
+}
+
+impl Figures {
+    fn per_second(&self) -> f64 {
+        self.cycles as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// Run one process, feed it `stdin`, and return its stdout (an error on failure).
+fn exec(program: &Path, verb: &str, container: &str, cni_path: &Path, stdin: &[u8]) -> Result<Vec<u8>> {
+    let mut child = Command::new(program)
+        .env("CNI_COMMAND", verb)
+        .env("CNI_CONTAINERID", container)
+        .env("CNI_IFNAME", "net1")
+        .env("CNI_NETNS", "/var/run/netns/bench")
+        .env("CNI_PATH", cni_path)
+        .env_remove("WEFT_NODE_NAME")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("spawn {}", program.display()))?;
+    let mut input = child.stdin.take().context("stdin")?;
+    // /bin/true does not read stdin; a broken pipe there is expected.
+    let _ = input.write_all(stdin);
+    drop(input);
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "{verb} {container}: {} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    Ok(out.stdout)
+}
+
+fn first_address(stdout: &[u8]) -> Result<IpAddr> {
+    let result: Value = serde_json::from_slice(stdout).context("ADD result is not JSON")?;
+    let text = result["ips"][0]["address"]
+        .as_str()
+        .context("ADD result has no address")?;
+    Ok(text.parse::<ipnet::IpNet>()?.addr())
+}
+
+/// `workers` threads, each running `cycles` ADD+DEL pairs; addresses live at any moment are
+/// tracked to count duplicates.
+fn phase(subject: &Subject, workers: usize, cycles: usize, dir: &Path) -> Figures {
+    let live: Arc<Mutex<HashMap<IpAddr, String>>> = Arc::default();
+    let stdin = subject
+        .config
+        .as_ref()
+        .map(|c| c.to_string().into_bytes())
+        .unwrap_or_default();
+    let started = Instant::now();
+    let handles: Vec<_> = (0..workers)
+        .map(|w| {
+            let (subject, live, stdin, dir) =
+                (subject.clone(), live.clone(), stdin.clone(), dir.to_path_buf());
+            std::thread::spawn(move || {
+                let (mut add, mut del, mut duplicates, mut failures) =
+                    (Duration::ZERO, Duration::ZERO, 0, Vec::new());
+                for c in 0..cycles {
+                    let id = format!("bench-{w:02}-{c:05}");
+                    let t = Instant::now();
+                    let added = exec(&subject.program, "ADD", &id, &dir, &stdin);
+                    add += t.elapsed();
+                    let ip = match (&subject.config, added) {
+                        (None, Ok(_)) => None,
+                        (Some(_), Ok(out)) => match first_address(&out) {
+                            Ok(ip) => Some(ip),
+                            Err(e) => {
+                                failures.push(format!("ADD {id}: {e:#}"));
+                                None
+                            }
+                        },
+                        (_, Err(e)) => {
+                            failures.push(format!("{e:#}"));
+                            None
+                        }
+                    };
+                    if let Some(ip) = ip
+                        && let Some(other) = live.lock().unwrap().insert(ip, id.clone())
+                    {
+                        duplicates += 1;
+                        failures.push(format!("duplicate {ip}: {other} and {id}"));
+                    }
+                    if let Some(ip) = ip {
+                        live.lock().unwrap().remove(&ip);
+                    }
+                    let t = Instant::now();
+                    if let Err(e) = exec(&subject.program, "DEL", &id, &dir, &stdin) {
+                        failures.push(format!("{e:#}"));
+                    }
+                    del += t.elapsed();
+                }
+                (add, del, duplicates, failures)
+            })
+        })
+        .collect();
+    let mut figures = Figures {
+        cycles: workers * cycles,
+        elapsed: Duration::ZERO,
+        add: Duration::ZERO,
+        del: Duration::ZERO,
+        duplicates: 0,
+        failures: Vec::new(),
+    };
+    for h in handles {
+        let (add, del, duplicates, failures) = h.join().expect("worker thread");
+        figures.add += add;
+        figures.del += del;
+        figures.duplicates += duplicates;
+        figures.failures.extend(failures);
+    }
+    figures.elapsed = started.elapsed();
+    figures
+}
+
+/// Latency of one lone call, median of `n` (no concurrency): where a single call's time goes.
+fn lone_latency(program: &Path, verb: &str, stdin: &[u8], dir: &Path, n: usize) -> Duration {
+    let mut samples: Vec<Duration> = (0..n)
+        .map(|i| {
+            let t = Instant::now();
+            let _ = exec(program, verb, &format!("lone-{i}"), dir, stdin);
+            let spent = t.elapsed();
+            if verb == "ADD" {
+                let _ = exec(program, "DEL", &format!("lone-{i}"), dir, stdin);
+            }
+            spent
+        })
+        .collect();
+    samples.sort();
+    samples[n / 2]
+}
+
+/// The weft binary: `$WEFT_BIN`, else `weft` next to this example's directory, built first
+/// when cargo started us (so a stale binary is never measured).
+fn weft_binary() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("WEFT_BIN") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe()?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .context("example is not under target/<profile>/examples")?;
+    if let Some(cargo) = std::env::var_os("CARGO") {
+        let release = profile_dir.file_name().is_some_and(|n| n == "release");
+        let mut build = Command::new(cargo);
+        build.args(["build", "-q", "-p", "weft", "--bin", "weft"]);
+        if release {
+            build.arg("--release");
+        }
+        let status = build.status().context("cargo build of the weft binary")?;
+        if !status.success() {
+            bail!("building the weft binary failed");
+        }
+    }
+    let weft = profile_dir.join("weft");
+    if !weft.exists() {
+        bail!(
+            "{} is missing: cargo build --release -p weft --bin weft",
+            weft.display()
+        );
+    }
+    Ok(weft)
+}
+
+fn arg(n: usize, default: usize) -> Result<usize> {
+    std::env::args()
+        .nth(n)
+        .map(|a| {
+            a.parse()
+                .with_context(|| format!("argument {n}: {a:?} is not a number"))
+        })
+        .unwrap_or(Ok(default))
+}
+
+fn main() -> Result<()> {
+    let cycles = arg(1, 100)?;
+    let workers = arg(2, 16)?;
+    let rounds = arg(3, 3)?;
+    let tmp = tempfile::tempdir()?;
+    let weft_ipam = tmp.path().join("weft-ipam");
+    std::os::unix::fs::symlink(weft_binary()?, &weft_ipam)?;
+    let host_local =
+        PathBuf::from(std::env::var_os("HOST_LOCAL").unwrap_or_else(|| "/usr/lib/cni/host-local".into()));
+    if !host_local.exists() {
+        bail!(
+            "{} is missing (apt install containernetworking-plugins)",
+            host_local.display()
+        );
+    }
+
+    println!(
+        "{workers} workers x {cycles} ADD+DEL cycles, pool {RANGE}, {rounds} rounds (order rotates per round)"
+    );
+    println!(
+        "{:<6} {:<11} {:>10} {:>11} {:>11} {:>11} {:>5}",
+        "round", "subject", "cycles/s", "ADD ms", "DEL ms", "wall s", "dups"
+    );
+    let mut rates: HashMap<&str, Vec<f64>> = HashMap::new();
+    let mut total_duplicates = 0;
+    for round in 0..rounds {
+        let dir = tmp.path().join(format!("round-{round}"));
+        let subjects = [
+            Subject {
+                name: "/bin/true",
+                program: "/bin/true".into(),
+                config: None,
+            },
+            Subject {
+                name: "host-local",
+                program: host_local.clone(),
+                config: Some(json!({"cniVersion": "1.0.0", "name": "blue", "type": "bridge",
+                    "ipam": {"type": "host-local", "ranges": [[{"subnet": RANGE, "gateway": GATEWAY}]],
+                             "dataDir": dir.join("host-local")}})),
+            },
+            Subject {
+                name: "weft-ipam",
+                program: weft_ipam.clone(),
+                config: Some(json!({"cniVersion": "1.0.0", "name": "blue", "type": "bridge",
+                    "ipam": {"type": "weft-ipam", "range": RANGE, "gateway": GATEWAY,
+                             "stateDir": dir.join("weft")}})),
+            },
+        ];
+        for k in 0..subjects.len() {
+            let subject = &subjects[(k + round) % subjects.len()];
+            let f = phase(subject, workers, cycles, &dir);
+            if let Some(first) = f.failures.first() {
+                bail!("{}: {} failures, first: {first}", subject.name, f.failures.len());
+            }
+            total_duplicates += f.duplicates;
+            let calls = f.cycles as f64;
+            println!(
+                "{:<6} {:<11} {:>10.0} {:>11.2} {:>11.2} {:>11.2} {:>5}",
+                round,
+                subject.name,
+                f.per_second(),
+                f.add.as_secs_f64() * 1e3 / calls,
+                f.del.as_secs_f64() * 1e3 / calls,
+                f.elapsed.as_secs_f64(),
+                f.duplicates
+            );
+            rates.entry(subject.name).or_default().push(f.per_second());
+        }
+    }
+
+    let median = |name: &str| {
+        let mut v = rates[name].clone();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (truth, host, weft) = (median("/bin/true"), median("host-local"), median("weft-ipam"));
+    println!("\nmedian cycles/s (one cycle = one ADD process + one DEL process):");
+    println!(
+        "  /bin/true  {truth:>8.0}   (exec cost alone: {:.2} ms per process across {workers} workers)",
+        1e3 / (2.0 * truth) * workers as f64
+    );
+    println!("  host-local {host:>8.0}");
+    println!("  weft-ipam  {weft:>8.0}");
+    println!("  weft-ipam / host-local = {:.2}x (target >= 2x)", weft / host);
+    println!("  duplicates: {total_duplicates}");
+
+    let dir = tmp.path().join("lone");
+    let weft_config = json!({"cniVersion": "1.0.0", "name": "blue", "type": "bridge",
+        "ipam": {"type": "weft-ipam", "range": RANGE, "stateDir": dir.join("weft")}})
+    .to_string();
+    let host_config = json!({"cniVersion": "1.0.0", "name": "blue", "type": "bridge",
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": RANGE}]], "dataDir": dir.join("hl")}})
+    .to_string();
+    let n = 51;
+    println!("\nlone call latency, median of {n} (no concurrency):");
+    println!(
+        "  /bin/true              {:>7.2} ms",
+        ms(lone_latency(Path::new("/bin/true"), "ADD", b"", &dir, n))
+    );
+    println!(
+        "  weft-ipam VERSION      {:>7.2} ms  (binary start, no store)",
+        ms(lone_latency(
+            &weft_ipam,
+            "VERSION",
+            weft_config.as_bytes(),
+            &dir,
+            n
+        ))
+    );
+    println!(
+        "  weft-ipam ADD          {:>7.2} ms",
+        ms(lone_latency(&weft_ipam, "ADD", weft_config.as_bytes(), &dir, n))
+    );
+    println!(
+        "  host-local VERSION     {:>7.2} ms",
+        ms(lone_latency(
+            &host_local,
+            "VERSION",
+            host_config.as_bytes(),
+            &dir,
+            n
+        ))
+    );
+    println!(
+        "  host-local ADD         {:>7.2} ms",
+        ms(lone_latency(&host_local, "ADD", host_config.as_bytes(), &dir, n))
+    );
+    if total_duplicates > 0 {
+        bail!("{total_duplicates} duplicate addresses");
+    }
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
