@@ -10,6 +10,8 @@ mod cached;
 #[cfg(feature = "testing")]
 pub mod conformance;
 mod error;
+#[cfg(all(feature = "testing", feature = "kube"))]
+pub mod fake_api;
 #[cfg(feature = "kube")]
 mod kubernetes;
 mod memory;

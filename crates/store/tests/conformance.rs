@@ -11,3 +11,18 @@ mod sqlite {
         (store.shared(), dir)
     });
 }
+
+/// The Kubernetes backend through kube-rs and HTTP, against the fake API server.
+mod kube_over_http {
+    use std::sync::Arc;
+
+    use weft_store::conformance::{Counter, nodes, pods};
+    use weft_store::fake_api::FakeApiServer;
+    use weft_store::{MemoryStore, Resource, Store};
+
+    weft_store::store_conformance_tests!(|| {
+        let types = [pods(), nodes(), Counter::resource_type()];
+        let server = FakeApiServer::new(MemoryStore::shared(), types);
+        (Arc::new(server.kube_store()) as Arc<dyn Store>, server)
+    });
+}

@@ -471,3 +471,45 @@ async fn a_watch_closed_at_once_is_reissued_after_a_pause() {
     drop(stream);
     assert_eq!(server.await.unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn the_fake_api_server_logs_and_counts_requests() {
+    use weft_store::MemoryStore;
+    use weft_store::fake_api::FakeApiServer;
+
+    let server = FakeApiServer::new(MemoryStore::shared(), [pods()]);
+    let store = server.kube_store();
+    store.create(&pods(), pod("ns", "a", "x", "n1")).await.unwrap();
+    assert!(
+        store
+            .create(&pods(), pod("ns", "a", "x", "n1"))
+            .await
+            .unwrap_err()
+            .is_already_exists()
+    );
+    assert!(store.get(&pods(), Some("ns"), "a").await.unwrap().is_some());
+    assert!(
+        store
+            .delete(&pods(), Some("ns"), "a", Some("0"))
+            .await
+            .unwrap_err()
+            .is_conflict()
+    );
+    let requests = server.requests();
+    let verbs_and_paths: Vec<String> = requests
+        .iter()
+        .map(|r| r.split('?').next().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        verbs_and_paths,
+        [
+            "POST /api/v1/namespaces/ns/pods",
+            "POST /api/v1/namespaces/ns/pods",
+            "GET /api/v1/namespaces/ns/pods/a",
+            "DELETE /api/v1/namespaces/ns/pods/a",
+        ]
+    );
+    assert_eq!(server.writes(), 3);
+    server.clear_requests();
+    assert!(server.requests().is_empty());
+}

@@ -1,0 +1,367 @@
+//! A fake Kubernetes API server at the HTTP layer, backed by any [`Store`] (usually a
+//! [`MemoryStore`](crate::MemoryStore)), for tests of code that runs on [`KubeStore`].
+//!
+//! It speaks the REST paths, verbs, bodies, status codes and watch stream kube-rs uses for the
+//! registered resource types, and logs every request, so tests can count API calls (for
+//! example, API writes per IPAM allocation) and run the [conformance suite](crate::conformance)
+//! through kube-rs and HTTP.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Bytes, Frame};
+use kube::Client;
+use kube::client::Body;
+use serde_json::{Value, json};
+
+use crate::{KubeStore, ListOptions, Object, ResourceType, Store, StoreError, WatchEvent};
+
+type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
+
+/// The fake API server. Cloning shares the store and the request log.
+#[derive(Clone)]
+pub struct FakeApiServer {
+    store: Arc<dyn Store>,
+    types: Arc<Vec<ResourceType>>,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+/// Which object or collection a request path names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// `group/version`, or `v1` for the core group.
+    pub api_version: String,
+    /// Namespace from the path, if any.
+    pub namespace: Option<String>,
+    /// Resource plural.
+    pub plural: String,
+    /// Object name, absent for a collection.
+    pub name: Option<String>,
+    /// Whether the path ends in `/status`.
+    pub status: bool,
+}
+
+/// Parse a Kubernetes REST path (`/api/v1/namespaces/ns/pods/a/status`, `/apis/g/v/nodes`).
+pub fn parse_path(path: &str) -> Option<Target> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (api_version, rest) = match parts.as_slice() {
+        ["api", version, rest @ ..] => (version.to_string(), rest),
+        ["apis", group, version, rest @ ..] => (format!("{group}/{version}"), rest),
+        _ => return None,
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, plural, rest @ ..] => (Some(ns.to_string()), [&[*plural][..], rest].concat()),
+        other => (None, other.to_vec()),
+    };
+    let (plural, name, status) = match rest.as_slice() {
+        [plural] => (plural, None, false),
+        [plural, name] => (plural, Some(name.to_string()), false),
+        [plural, name, "status"] => (plural, Some(name.to_string()), true),
+        _ => return None,
+    };
+    Some(Target {
+        api_version,
+        namespace,
+        plural: plural.to_string(),
+        name,
+        status,
+    })
+}
+
+/// Decode `%XX` escapes and `+` (query strings as kube-rs encodes them).
+pub fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The query parameters of a URI, decoded.
+fn query_pairs(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+/// `k=v,k2=v2` into pairs (equality selectors only).
+fn selector_pairs(selector: &str) -> Vec<(String, String)> {
+    selector
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            // `k=v` and `k==v` are the same selector.
+            let (k, v) = s.split_once('=').unwrap_or((s, ""));
+            (k.to_string(), v.strip_prefix('=').unwrap_or(v).to_string())
+        })
+        .collect()
+}
+
+impl FakeApiServer {
+    /// A server for the given resource types over `store`.
+    pub fn new(store: Arc<dyn Store>, types: impl IntoIterator<Item = ResourceType>) -> Self {
+        Self {
+            store,
+            types: Arc::new(types.into_iter().collect()),
+            log: Arc::default(),
+        }
+    }
+
+    /// A kube-rs client talking to this server (needs a Tokio runtime).
+    pub fn client(&self) -> Client {
+        let server = self.clone();
+        let service = tower::service_fn(move |request: Request<Body>| {
+            let server = server.clone();
+            async move { Ok::<_, Infallible>(server.handle(request).await) }
+        });
+        Client::new(service, "default")
+    }
+
+    /// A [`KubeStore`] on this server.
+    pub fn kube_store(&self) -> KubeStore {
+        KubeStore::from_client(self.client())
+    }
+
+    /// Every request so far, as `METHOD path?query`.
+    pub fn requests(&self) -> Vec<String> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// How many requests so far were writes (POST, PUT, PATCH, DELETE).
+    pub fn writes(&self) -> usize {
+        self.requests().iter().filter(|r| !r.starts_with("GET ")).count()
+    }
+
+    /// Forget the requests logged so far.
+    pub fn clear_requests(&self) {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    async fn handle(&self, request: Request<Body>) -> Response<ResponseBody> {
+        let (parts, body) = request.into_parts();
+        let uri = parts.uri.to_string();
+        self.log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(format!("{} {uri}", parts.method));
+        let body = match body.collect_bytes().await {
+            Ok(bytes) => bytes,
+            Err(e) => return failure(&StoreError::Invalid(format!("reading the request body: {e}"))),
+        };
+        let Some(target) = parse_path(parts.uri.path()) else {
+            return failure(&StoreError::NotFound {
+                kind: "path".into(),
+                key: parts.uri.path().into(),
+            });
+        };
+        let Some(ty) = self
+            .types
+            .iter()
+            .find(|t| t.api_version == target.api_version && t.plural == target.plural)
+            .cloned()
+        else {
+            return failure(&StoreError::NotFound {
+                kind: "resource".into(),
+                key: format!("{}/{}", target.api_version, target.plural),
+            });
+        };
+        let query = query_pairs(parts.uri.query().unwrap_or_default());
+        let param = |key: &str| query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+        let opts = ListOptions {
+            labels: param("labelSelector").map(selector_pairs).unwrap_or_default(),
+            fields: param("fieldSelector").map(selector_pairs).unwrap_or_default(),
+        };
+        let ns = target.namespace.as_deref();
+        let result = match (parts.method, &target.name) {
+            (Method::GET, Some(name)) => match self.store.get(&ty, ns, name).await {
+                Ok(Some(obj)) => Ok(json_response(StatusCode::OK, &obj)),
+                Ok(None) => Err(StoreError::NotFound {
+                    kind: ty.kind.clone(),
+                    key: ty.key(ns, name),
+                }),
+                Err(e) => Err(e),
+            },
+            (Method::GET, None) if matches!(param("watch"), Some("true" | "1")) => {
+                let rv = param("resourceVersion").filter(|rv| !rv.is_empty());
+                self.store.watch(&ty, ns, &opts, rv).await.map(watch_response)
+            }
+            (Method::GET, None) => self.store.list(&ty, ns, &opts).await.map(|list| {
+                let list = json!({
+                    "apiVersion": ty.api_version, "kind": format!("{}List", ty.kind),
+                    "metadata": {"resourceVersion": list.resource_version},
+                    "items": list.items,
+                });
+                json_response(StatusCode::OK, &list)
+            }),
+            (Method::POST, None) => match object_from(&body, &target, None) {
+                Ok(obj) => self
+                    .store
+                    .create(&ty, obj)
+                    .await
+                    .map(|o| json_response(StatusCode::CREATED, &o)),
+                Err(e) => Err(e),
+            },
+            (Method::PUT, Some(name)) => match object_from(&body, &target, Some(name)) {
+                Ok(obj) if target.status => self.store.update_status(&ty, obj).await,
+                Ok(obj) => self.store.update(&ty, obj).await,
+                Err(e) => Err(e),
+            }
+            .map(|o| json_response(StatusCode::OK, &o)),
+            (Method::DELETE, Some(name)) => {
+                let options: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let precondition = options["preconditions"]["resourceVersion"].as_str();
+                match self.store.delete(&ty, ns, name, precondition).await {
+                    Ok(Some(obj)) => Ok(json_response(StatusCode::OK, &obj)),
+                    Ok(None) => Err(StoreError::NotFound {
+                        kind: ty.kind.clone(),
+                        key: ty.key(ns, name),
+                    }),
+                    Err(e) => Err(e),
+                }
+            }
+            (method, _) => Err(StoreError::Invalid(format!("{method} is not supported on {uri}"))),
+        };
+        result.unwrap_or_else(|e| failure(&e))
+    }
+}
+
+/// The request body as an object, with the namespace (and name) of the path.
+fn object_from(body: &[u8], target: &Target, name: Option<&str>) -> Result<Object, StoreError> {
+    let mut obj: Object =
+        serde_json::from_slice(body).map_err(|e| StoreError::Invalid(format!("request body: {e}")))?;
+    if obj.metadata.namespace.is_none() {
+        obj.metadata.namespace = target.namespace.clone();
+    }
+    if obj.metadata.namespace != target.namespace {
+        return Err(StoreError::Invalid(
+            "the namespace of the provided object does not match the namespace sent on the request".into(),
+        ));
+    }
+    if let Some(name) = name
+        && obj.metadata.name != name
+    {
+        return Err(StoreError::Invalid(format!(
+            "the name of the object ({}) does not match the name on the URL ({name})",
+            obj.metadata.name
+        )));
+    }
+    Ok(obj)
+}
+
+fn full(bytes: Vec<u8>) -> ResponseBody {
+    Full::new(Bytes::from(bytes)).boxed_unsync()
+}
+
+fn json_response(status: StatusCode, value: &impl serde::Serialize) -> Response<ResponseBody> {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    let mut response = Response::new(full(body));
+    *response.status_mut() = status;
+    response
+}
+
+/// The HTTP status, reason and `Status` body the API server sends for a store error.
+pub fn status_of(e: &StoreError) -> (StatusCode, Value) {
+    let (code, reason) = match e {
+        StoreError::NotFound { .. } => (404, "NotFound"),
+        StoreError::AlreadyExists { .. } => (409, "AlreadyExists"),
+        StoreError::Conflict { .. } => (409, "Conflict"),
+        StoreError::Invalid(_) => (422, "Invalid"),
+        StoreError::Expired(_) => (410, "Expired"),
+        StoreError::Unavailable(_) => (503, "ServiceUnavailable"),
+        StoreError::Backend(_) => (500, "InternalError"),
+    };
+    let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                        "message": e.to_string(), "reason": reason, "code": code});
+    (
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        status,
+    )
+}
+
+fn failure(e: &StoreError) -> Response<ResponseBody> {
+    let (code, status) = status_of(e);
+    json_response(code, &status)
+}
+
+fn watch_line(event: Result<WatchEvent, StoreError>) -> Bytes {
+    let line = match event {
+        Ok(WatchEvent::Added(o)) => json!({"type": "ADDED", "object": o}),
+        Ok(WatchEvent::Modified(o)) => json!({"type": "MODIFIED", "object": o}),
+        Ok(WatchEvent::Deleted(o)) => json!({"type": "DELETED", "object": o}),
+        Err(e) => json!({"type": "ERROR", "object": status_of(&e).1}),
+    };
+    let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+fn watch_response(events: crate::WatchStream) -> Response<ResponseBody> {
+    let frames = events.map(|event| Ok::<_, Infallible>(Frame::data(watch_line(event))));
+    Response::new(StreamBody::new(frames).boxed_unsync())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_name_their_target() {
+        let t = parse_path("/api/v1/namespaces/ns/pods/a/status").unwrap();
+        assert_eq!(
+            t,
+            Target {
+                api_version: "v1".into(),
+                namespace: Some("ns".into()),
+                plural: "pods".into(),
+                name: Some("a".into()),
+                status: true
+            }
+        );
+        let t = parse_path("/apis/k8s.cni.cncf.io/v1/namespaces/ns/network-attachment-definitions").unwrap();
+        assert_eq!((t.api_version.as_str(), t.name), ("k8s.cni.cncf.io/v1", None));
+        let t = parse_path("/api/v1/nodes/n1").unwrap();
+        assert_eq!((t.namespace, t.name.as_deref()), (None, Some("n1")));
+        assert_eq!(parse_path("/api/v1/pods").unwrap().plural, "pods");
+        assert!(parse_path("/healthz").is_none());
+        assert!(parse_path("/api/v1/namespaces/ns/pods/a/exec/x").is_none());
+    }
+
+    #[test]
+    fn query_values_are_decoded() {
+        assert_eq!(percent_decode("app%3Dweb%2Ctier%3Dfront"), "app=web,tier=front");
+        assert_eq!(percent_decode("a+b%2"), "a b%2");
+        assert_eq!(
+            selector_pairs("app=web,spec.nodeName==n1"),
+            [
+                ("app".into(), "web".into()),
+                ("spec.nodeName".into(), "n1".into())
+            ]
+        );
+    }
+}
