@@ -18,6 +18,8 @@ pub mod v4;
 pub mod v6;
 
 pub use config::{ClasslessRoute, ConfigError, ServerConfig, masquerade_addresses};
-pub use server::{ServerHandle, bind_server_socket, bind_server_socket_v6, serve, serve_v6, spawn, spawn_v6};
+pub use server::{
+    ServerHandle, bind_in_netns, bind_server_socket, bind_server_socket_v6, serve, serve_v6, spawn, spawn_v6,
+};
 pub use v4::reply;
 pub use v6::V6Config;

@@ -70,6 +70,29 @@ pub fn bind_server_socket_v6(ifname: &str) -> io::Result<UdpSocket> {
     Ok(socket.into())
 }
 
+/// Runs `bind` on a short-lived thread that has entered the network namespace at `netns`
+/// (e.g. `/run/netns/<name>`) and hands the socket back: sockets keep the namespace they were
+/// created in, and no other thread ever changes namespace.
+pub fn bind_in_netns(
+    netns: &std::path::Path,
+    bind: impl FnOnce() -> io::Result<UdpSocket> + Send + 'static,
+) -> io::Result<UdpSocket> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(netns)
+        .map_err(|error| io::Error::new(error.kind(), format!("{}: {error}", netns.display())))?;
+    std::thread::Builder::new()
+        .name("weft-dhcp-netns".into())
+        .spawn(move || {
+            // SAFETY: setns(2) on this dedicated thread only; `file` is open for the call.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            bind()
+        })?
+        .join()
+        .map_err(|_| io::Error::other("netns thread panicked"))?
+}
+
 /// Counters of one server's traffic.
 #[derive(Debug, Default)]
 pub struct ServeStats {

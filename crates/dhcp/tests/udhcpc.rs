@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::{Netns, can_run_root_test};
-use weft_dhcp::{ClasslessRoute, ServerConfig, bind_server_socket, spawn};
+use weft_dhcp::{ClasslessRoute, ServerConfig, bind_in_netns, bind_server_socket, spawn};
 
 const MAC_SERVED: &str = "02:00:00:0a:00:01";
 const MAC_OTHER: &str = "02:00:00:0a:00:02";
@@ -137,9 +137,11 @@ fn udhcpc_gets_the_kubevirt_lease_and_other_macs_are_ignored() {
     bridged.hostname = "vm1".into();
     bridged.client_mac = Some(mac_bytes(MAC_BRIDGE));
 
-    let sockets = pod.enter(|| (bind_server_socket("wt-br0"), bind_server_socket("wt-br1")));
-    let server0 = spawn(sockets.0.unwrap(), masquerade).unwrap();
-    let server1 = spawn(sockets.1.unwrap(), bridged).unwrap();
+    let netns = std::path::PathBuf::from(format!("/run/netns/{}", pod.name));
+    let socket0 = bind_in_netns(&netns, || bind_server_socket("wt-br0")).unwrap();
+    let socket1 = bind_in_netns(&netns, || bind_server_socket("wt-br1")).unwrap();
+    let server0 = spawn(socket0, masquerade).unwrap();
+    let server1 = spawn(socket1, bridged).unwrap();
 
     let dir = tempfile::tempdir().unwrap();
     let lease = udhcpc(&guest, "eth0", dir.path(), "5").expect("eth0 leased");

@@ -353,8 +353,8 @@ pub struct RunningGuest {
 }
 
 impl RunningGuest {
-    /// Starts QEMU for `spec`, inside network namespace `netns` (a name under `/run/netns`) when
-    /// given. The namespace is entered in the child between fork and exec, so the caller's
+    /// Starts QEMU for `spec`, inside network namespace `netns` when given: a name under
+    /// `/run/netns`, or an absolute path to a namespace file (e.g. `/proc/<pid>/ns/net`). The namespace is entered in the child between fork and exec, so the caller's
     /// thread never changes namespace.
     pub fn spawn(spec: &GuestSpec, netns: Option<&str>) -> Result<Self, QemuError> {
         spec.validate()?;
