@@ -1,8 +1,9 @@
-//! The thin socket loop around [`crate::v4::reply`].
+//! The thin socket loop around [`crate::v4::reply`] and [`crate::v6::reply`].
 //!
-//! The caller creates the socket with [`bind_server_socket`] on a thread that has entered the
-//! pod's network namespace (sockets keep the namespace they were created in), then hands it to
-//! [`serve`] or [`spawn`] on any thread. Several servers, one per bridge, coexist in one
+//! The caller creates the socket with [`bind_server_socket`] (or [`bind_server_socket_v6`]) on a
+//! thread that has entered the pod's network namespace ([`bind_in_netns`] does exactly that;
+//! sockets keep the namespace they were created in), then hands it to [`serve`]/[`spawn`] (or
+//! [`serve_v6`]/[`spawn_v6`]) on any thread. Several servers, one per bridge, coexist in one
 //! namespace: each socket is bound to its own device.
 
 use std::io;
