@@ -126,17 +126,53 @@ pub async fn collect_orphans(store: &Arc<dyn Store>, vms: &[VirtualMachine]) -> 
             && !live.contains(&owner.uid)
         {
             let ns = claim.metadata.namespace.clone().unwrap_or_default();
+            // Delete the claim first: an ADD racing with us can then no longer allocate for it.
+            Api::<IpamClaim>::namespaced(store.clone(), &ns)
+                .delete(&claim.metadata.name)
+                .await?;
             weft_ipam::release_claim(
                 store,
                 &weft_ipam::claim::claim_reference(&ns, &claim.metadata.name),
             )
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-            Api::<IpamClaim>::namespaced(store.clone(), &ns)
-                .delete(&claim.metadata.name)
-                .await?;
             tracing::info!(claim = %claim.metadata.name, "VM gone: claim deleted, addresses released");
         }
     }
     Ok(())
 }
+
+/// Grace period before an unowned reservation is freed (a pod's ADD may still be writing it).
+pub const RECONCILE_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Free reservations whose pod and container are gone (whereabouts' ip-reconciler, without its
+/// races: pods are matched by uid and sandbox, young reservations are left alone).
+pub async fn reconcile_reservations(store: &Arc<dyn Store>) -> anyhow::Result<usize> {
+    let pods = Api::<crate::kinds::Pod>::all(store.clone())
+        .list(&ListOptions::default())
+        .await?;
+    let live: Vec<weft_ipam::reconcile::LivePod> = pods
+        .iter()
+        .map(|p| weft_ipam::reconcile::LivePod {
+            namespace: p.metadata.namespace.clone().unwrap_or_default(),
+            name: p.metadata.name.clone(),
+            uid: p.metadata.uid.clone().unwrap_or_default(),
+            container_ids: p
+                .metadata
+                .annotation(SANDBOX_ANNOTATION)
+                .map(|id| vec![id.to_string()])
+                .unwrap_or_default(),
+            terminating: p.metadata.deletion_timestamp.is_some(),
+        })
+        .collect();
+    let freed = weft_ipam::reconcile::reconcile(store, &live, jiff::Timestamp::now(), RECONCILE_GRACE)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for decision in &freed {
+        tracing::info!("freed a leaked reservation: {decision:?}");
+    }
+    Ok(freed.len())
+}
+
+/// Pod annotation naming the sandbox (container) id the local runtime created for it.
+pub const SANDBOX_ANNOTATION: &str = "weft.dev/sandbox-id";

@@ -16,6 +16,9 @@ use weft_vm::{VirtualMachine, VirtualMachineInstance};
 
 use crate::kinds::{Node, Pod};
 
+/// How often leaked IP reservations are looked for.
+const IPAM_SWEEP: Duration = Duration::from_secs(30);
+
 /// How often the controller converges when nothing wakes it.
 const RESYNC: Duration = Duration::from_millis(400);
 
@@ -23,9 +26,16 @@ const RESYNC: Duration = Duration::from_millis(400);
 pub async fn run(state: &Path) -> anyhow::Result<i32> {
     let store = crate::cluster::open_store(state).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut last_ipam_sweep = std::time::Instant::now();
     loop {
         if let Err(e) = reconcile(&store).await {
             tracing::warn!("reconcile: {e:#}");
+        }
+        if last_ipam_sweep.elapsed() > IPAM_SWEEP {
+            last_ipam_sweep = std::time::Instant::now();
+            if let Err(e) = crate::claims::reconcile_reservations(&store).await {
+                tracing::warn!("IPAM reconcile: {e:#}");
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(RESYNC) => {}

@@ -123,6 +123,15 @@ async fn start_pod(agent: &Arc<Agent>, pod: &Pod) -> anyhow::Result<RunningPod> 
         }
     }
     set_pod_phase(agent, pod, "Running", "", &pod_ip).await;
+    let sandbox_id = run.sandbox.id.clone();
+    let _ = Api::<Pod>::namespaced(agent.store.clone(), &namespace)
+        .modify_status(&name, |p| {
+            p.metadata
+                .annotations
+                .insert(crate::claims::SANDBOX_ANNOTATION.into(), sandbox_id.clone());
+            true
+        })
+        .await;
     Ok(run)
 }
 
