@@ -100,6 +100,15 @@ impl CachedStore {
         }
     }
 
+    /// An update that removed the last finalizer of an object being deleted removed the object.
+    fn reflect_update(&self, ty: &ResourceType, obj: &Object) {
+        if obj.metadata.deletion_timestamp.is_some() && obj.metadata.finalizers.is_empty() {
+            self.forget(ty, obj);
+        } else {
+            self.remember(ty, obj);
+        }
+    }
+
     fn forget(&self, ty: &ResourceType, obj: &Object) {
         if let Some(shelf) = self.shelves.get(ty) {
             shelf
@@ -216,13 +225,13 @@ impl Store for CachedStore {
 
     async fn update(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
         let updated = self.inner.update(ty, obj).await?;
-        self.remember(ty, &updated);
+        self.reflect_update(ty, &updated);
         Ok(updated)
     }
 
     async fn update_status(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
         let updated = self.inner.update_status(ty, obj).await?;
-        self.remember(ty, &updated);
+        self.reflect_update(ty, &updated);
         Ok(updated)
     }
 
