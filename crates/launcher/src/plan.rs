@@ -296,15 +296,13 @@ fn plan_bridge(request: &WiringRequest, names: LinkNames, dhcp: bool) -> Result<
         Op::SetUp { name: nic.clone() },
         vec![Op::SetDown { name: nic.clone() }],
     ));
+    // Learning is a bridge-port setting: it goes away when the port is released.
     steps.push(step(
         Op::SetLearning {
-            link: nic.clone(),
+            link: nic,
             enabled: false,
         },
-        vec![Op::SetLearning {
-            link: nic,
-            enabled: true,
-        }],
+        vec![],
     ));
     steps.extend(tap_steps(request, &names));
     if pod_ipv4.is_some() {

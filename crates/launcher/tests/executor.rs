@@ -139,7 +139,6 @@ fn teardown_reverses_the_plan_and_restores_the_pod_link_last() {
         backend.log,
         [
             "delete link tap0",
-            "set learning on on eth0-nic",
             "set eth0-nic down",
             "add addresses to eth0-nic",
             "release eth0-nic from its bridge",

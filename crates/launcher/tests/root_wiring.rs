@@ -373,3 +373,36 @@ fn teardown_after_the_pod_link_is_gone() -> Result<()> {
     }
     Ok(())
 }
+
+/// Crash recovery: whatever prefix of a plan was applied before the agent died (no rollback ran),
+/// the full teardown of the persisted plan succeeds and restores the netns.
+#[test]
+fn teardown_after_a_crash_at_any_step() -> Result<()> {
+    if !is_root() {
+        eprintln!("skipping: needs root (CAP_NET_ADMIN)");
+        return Ok(());
+    }
+    for (binding, pod_iface, index) in [
+        (Binding::Bridge, "pod16477688c0e", 1),
+        (Binding::Masquerade(NatOptions::default()), "eth0", 0),
+    ] {
+        let ns = TestNetns::new()?;
+        pod_interfaces(&ns)?;
+        let before = ns.snapshot()?;
+        let mut backend = NetlinkBackend::open(ns.path())?;
+        let plan = plan_wiring(&request(&mut backend, binding, pod_iface, index)?)?;
+        for crashed_after in 0..=plan.steps.len() {
+            for step in &plan.steps[..crashed_after] {
+                backend.run(&step.op)?;
+            }
+            teardown(&mut backend, &plan)
+                .with_context(|| format!("{pod_iface}: crash after {crashed_after} steps"))?;
+            assert_eq!(
+                ns.snapshot()?,
+                before,
+                "{pod_iface}: crash after {crashed_after} steps"
+            );
+        }
+    }
+    Ok(())
+}
