@@ -496,3 +496,82 @@ fn example_nad_is_a_persistent_weft_ipam_network() {
     assert!(parsed.allow_persistent_ips);
     assert_eq!(parsed.network, "tenant-blue");
 }
+
+/// The init container's script, with its container paths moved under `root`.
+fn install_script(root: &Path, weft: &Path) -> String {
+    let docs = documents();
+    let ds = named(&docs, "DaemonSet", "weft-node");
+    let init = &ds["spec"]["template"]["spec"]["initContainers"][0];
+    assert_eq!(strings(&init["command"]), vec!["/bin/sh", "-c"]);
+    strings(&init["args"])
+        .join("\n")
+        .replace("/host/opt/cni/bin", &root.join("bin").display().to_string())
+        .replace("/host/etc/cni/net.d", &root.join("net.d").display().to_string())
+        .replace("/etc/weft/cni", &root.join("config").display().to_string())
+        .replace("/usr/local/bin/weft", &weft.display().to_string())
+}
+
+fn run_install(script: &str) {
+    let out = std::process::Command::new("/bin/sh")
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "install script failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn install_script_replaces_a_running_shim_without_text_file_busy() {
+    let root = tempfile::tempdir().unwrap();
+    for dir in ["bin", "net.d", "config"] {
+        std::fs::create_dir_all(root.path().join(dir)).unwrap();
+    }
+    let docs = documents();
+    let config_map = named(&docs, "ConfigMap", "weft-cni-config");
+    let conflist = config_map["data"]["00-weft.conflist"].as_str().unwrap();
+    std::fs::write(root.path().join("config/00-weft.conflist"), conflist).unwrap();
+
+    // A previous install whose weft-cni is running right now (the runtime calling the shim
+    // while the agent is down): overwriting it in place would fail with ETXTBSY.
+    let old = root.path().join("old-weft");
+    std::fs::copy("/bin/sleep", &old).unwrap();
+    run_install(&install_script(root.path(), &old));
+    let mut running = std::process::Command::new(root.path().join("bin/weft-cni"))
+        .arg("30")
+        .spawn()
+        .unwrap();
+
+    let weft = Path::new(env!("CARGO_BIN_EXE_weft"));
+    run_install(&install_script(root.path(), weft));
+    let _ = running.kill();
+    let _ = running.wait();
+
+    let new = std::fs::read(weft).unwrap();
+    for name in ["weft-cni", "weft-ipam"] {
+        let installed = root.path().join("bin").join(name);
+        assert!(
+            std::fs::read(&installed).unwrap() == new,
+            "{name} is the new weft binary"
+        );
+        let mode =
+            std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&installed).unwrap().permissions());
+        assert_eq!(mode & 0o777, 0o755, "{name} mode");
+    }
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("net.d/00-weft.conflist")).unwrap(),
+        conflist
+    );
+    for dir in ["bin", "net.d"] {
+        let names: Vec<String> = std::fs::read_dir(root.path().join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            names.iter().all(|n| !n.starts_with('.')),
+            "temporary files left in {dir}: {names:?}"
+        );
+    }
+}
