@@ -4,6 +4,17 @@
 //! and the rest of the JSON document), so the same callers run against the embedded store
 //! (SQLite), the in-memory store used by tests, and a real Kubernetes API server (kube-rs).
 //! Typed access goes through [`Api`] for any type implementing [`Resource`].
+//!
+//! Backends, all with the semantics documented on [`Store`]:
+//! * [`MemoryStore`]: in-process, for tests and single-process tools.
+//! * `SqliteStore` (feature `sqlite`, default): one SQLite file shared by many processes, with a
+//!   global revision, a change log for watches and group commit.
+//! * `KubeStore` (feature `kube`): a Kubernetes API server through kube-rs.
+//! * [`CachedStore`]: list+watch read cache in front of any of them.
+//!
+//! Feature `testing` adds `conformance` (the behaviour suite every backend passes, and
+//! `store_conformance_tests!` to run it) and, with `kube`, `fake_api` (an HTTP-level fake API
+//! server over any store, which counts requests).
 
 mod api;
 mod cached;

@@ -1,9 +1,11 @@
 //! Differential property: any sequence of operations gives the same results, objects and
-//! resourceVersions on the in-memory store and on the SQLite store.
+//! resourceVersions on the in-memory store, the SQLite store and the Kubernetes backend
+//! (through kube-rs and HTTP, against the fake API server).
 
 use proptest::prelude::*;
 use serde_json::json;
 use weft_store::conformance::{pod, pods};
+use weft_store::fake_api::FakeApiServer;
 use weft_store::{ListOptions, MemoryStore, Object, SqliteStore, Store, StoreError};
 
 const NAMES: [&str; 3] = ["a", "b", "c"];
@@ -81,6 +83,26 @@ fn comparable(result: Result<Option<Object>, StoreError>) -> String {
         }
         Ok(None) => "ok none".into(),
         Err(e) => format!("err {e}"),
+    }
+}
+
+/// Like [`comparable`], but errors by kind only (the Kubernetes backend words them differently).
+fn comparable_kind(result: Result<Option<Object>, StoreError>) -> String {
+    match result {
+        Err(e) => format!("err {}", kind_of(&e)),
+        ok => comparable(ok),
+    }
+}
+
+fn kind_of(e: &StoreError) -> &'static str {
+    match e {
+        StoreError::NotFound { .. } => "not found",
+        StoreError::AlreadyExists { .. } => "already exists",
+        StoreError::Conflict { .. } => "conflict",
+        StoreError::Invalid(_) => "invalid",
+        StoreError::Expired(_) => "expired",
+        StoreError::Unavailable(_) => "unavailable",
+        StoreError::Backend(_) => "backend",
     }
 }
 
@@ -163,10 +185,18 @@ proptest! {
             let dir = tempfile::tempdir().unwrap();
             let memory = MemoryStore::new();
             let sqlite = SqliteStore::open(dir.path().join("store.db")).unwrap();
+            let kube = FakeApiServer::new(MemoryStore::shared(), [pods()]).kube_store();
             for (step, op) in ops.iter().enumerate() {
-                let expected = comparable(apply(&memory, op).await);
+                let expected = apply(&memory, op).await;
+                let expected_kind = match &expected {
+                    Ok(o) => comparable(Ok(o.clone())),
+                    Err(e) => format!("err {}", kind_of(e)),
+                };
+                let expected = comparable(expected);
                 let actual = comparable(apply(&sqlite, op).await);
-                prop_assert_eq!(&actual, &expected, "step {} {:?}", step, op);
+                prop_assert_eq!(&actual, &expected, "sqlite, step {} {:?}", step, op);
+                let actual = comparable_kind(apply(&kube, op).await);
+                prop_assert_eq!(&actual, &expected_kind, "kube, step {} {:?}", step, op);
             }
             let all = ListOptions::default();
             let expected = memory.list(&pods(), None, &all).await.unwrap();
