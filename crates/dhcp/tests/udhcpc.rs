@@ -143,6 +143,27 @@ fn udhcpc_gets_the_kubevirt_lease_and_other_macs_are_ignored() {
     let server0 = spawn(socket0, masquerade).unwrap();
     let server1 = spawn(socket1, bridged).unwrap();
 
+    // Garbage from the guest side first: the server must count it and keep serving.
+    guest.enter(|| {
+        let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        socket.set_broadcast(true).unwrap();
+        socket2::SockRef::from(&socket)
+            .bind_device(Some(b"eth0"))
+            .unwrap();
+        let mut seed = 0x2545_f491_u32;
+        for len in 0..200usize {
+            let bytes: Vec<u8> = (0..len * 3)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 17;
+                    seed ^= seed << 5;
+                    seed as u8
+                })
+                .collect();
+            socket.send_to(&bytes, "255.255.255.255:67").unwrap();
+        }
+    });
+
     let dir = tempfile::tempdir().unwrap();
     let lease = udhcpc(&guest, "eth0", dir.path(), "5").expect("eth0 leased");
     assert_eq!(lease["ip"], "10.0.2.2");
@@ -169,7 +190,13 @@ fn udhcpc_gets_the_kubevirt_lease_and_other_macs_are_ignored() {
         udhcpc(&guest, "eth1", dir.path(), "2").is_none(),
         "a foreign MAC must get no lease"
     );
-    assert!(server0.stats().replied.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+    let stats = server0.stats();
+    assert!(stats.replied.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+    // The garbage reached the server (UDP may drop some), got no reply, and it kept serving.
+    assert!(
+        stats.malformed.load(std::sync::atomic::Ordering::Relaxed) >= 40,
+        "{stats:?}"
+    );
     server0.stop().unwrap();
     server1.stop().unwrap();
 }
