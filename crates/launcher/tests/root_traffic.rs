@@ -120,7 +120,10 @@ fn masquerade_forwards_both_ways() -> Result<()> {
     pod.ip(&["addr", "add", "10.222.222.1/30", "dev", "eth0"])?;
     pod.ip(&["link", "set", "eth0", "up"])?;
     pod.ip(&["route", "add", "default", "via", "10.222.222.2"])?;
+    pod.ip(&["addr", "add", "2001:db8::1/64", "dev", "eth0", "nodad"])?;
+    pod.ip(&["-6", "route", "add", "default", "via", "2001:db8::2"])?;
     node.ip(&["addr", "add", "10.222.222.2/30", "dev", "wt-node"])?;
+    node.ip(&["addr", "add", "2001:db8::2/64", "dev", "wt-node", "nodad"])?;
     node.ip(&["link", "set", "wt-node", "up"])?;
 
     let mut backend = NetlinkBackend::open(format!("/run/netns/{}", pod.0))?;
@@ -155,6 +158,9 @@ fn masquerade_forwards_both_ways() -> Result<()> {
         "via",
         &lease.router.unwrap().to_string(),
     ])?;
+    let v6 = plan.lease.as_ref().unwrap().ipv6.as_ref().unwrap();
+    guest.ip(&["addr", "add", &v6.address.to_string(), "dev", "eth0", "nodad"])?;
+    guest.ip(&["-6", "route", "add", "default", "via", "fd10:0:2::1"])?;
 
     let www = tempfile::tempdir()?;
     std::fs::write(www.path().join("index.html"), "hello-from-node\n")?;
@@ -164,6 +170,15 @@ fn masquerade_forwards_both_ways() -> Result<()> {
     std::fs::write(guest_www.join("index.html"), "hello-from-guest\n")?;
     let _guest_httpd = httpd(&guest, &guest_www)?;
 
+    // IPv6 both ways (the bridge's fd10:0:2::1 may still be in DAD: wget retries).
+    assert_eq!(
+        wget(&guest, "http://[2001:db8::2]/index.html")?,
+        "hello-from-node\n"
+    );
+    assert_eq!(
+        wget(&node, "http://[2001:db8::1]/index.html")?,
+        "hello-from-guest\n"
+    );
     // Outbound: the node has no route to 10.0.2.0/24; only the masquerade makes this work.
     assert!(!node.ip(&["route"])?.contains("10.0.2"));
     assert_eq!(
