@@ -84,8 +84,15 @@ impl Drop for Background {
 }
 
 fn httpd(ns: &Netns, dir: &std::path::Path) -> Result<Background> {
+    httpd_on(ns, dir, 80)
+}
+
+fn httpd_on(ns: &Netns, dir: &std::path::Path, port: u16) -> Result<Background> {
+    let port = port.to_string();
     let child = Command::new("ip")
-        .args(["netns", "exec", &ns.0, "busybox", "httpd", "-f", "-p", "80", "-h"])
+        .args([
+            "netns", "exec", &ns.0, "busybox", "httpd", "-f", "-p", &port, "-h",
+        ])
         .arg(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -204,6 +211,84 @@ fn masquerade_forwards_both_ways() -> Result<()> {
         "http://10.222.222.1/index.html",
     ]);
     assert!(after.is_err(), "no DNAT after teardown: {after:?}");
+    Ok(())
+}
+
+/// With declared ports only those reach the guest from outside (KubeVirt §8 step 8).
+#[test]
+fn masquerade_forwards_only_declared_ports() -> Result<()> {
+    if !is_root() {
+        eprintln!("skipping: needs root (CAP_NET_ADMIN)");
+        return Ok(());
+    }
+    let pod = Netns::new("ppod")?;
+    let node = Netns::new("pnode")?;
+    let guest = Netns::new("pguest")?;
+    pod.ip(&[
+        "link", "add", "eth0", "type", "veth", "peer", "name", "wt-node", "netns", &node.0,
+    ])?;
+    pod.ip(&["addr", "add", "10.222.222.1/30", "dev", "eth0"])?;
+    pod.ip(&["link", "set", "eth0", "up"])?;
+    node.ip(&["addr", "add", "10.222.222.2/30", "dev", "wt-node"])?;
+    node.ip(&["link", "set", "wt-node", "up"])?;
+    let mut backend = NetlinkBackend::open(format!("/run/netns/{}", pod.0))?;
+    let pod_link = backend.discover("eth0")?.context("eth0")?;
+    let options = NatOptions {
+        ports: vec![weft_launcher::nft::ForwardedPort {
+            protocol: "TCP".to_string(),
+            port: 80,
+        }],
+        ..NatOptions::default()
+    };
+    let plan = plan_wiring(&WiringRequest {
+        binding: Binding::Masquerade(options),
+        pod_iface: "eth0".to_string(),
+        primary: true,
+        interface_index: 0,
+        pod_link,
+        guest_mac: None,
+        vm_cidrs: VmNetworkCidrs::default(),
+        tap: TapSettings {
+            owner: TapOwner { uid: 0, gid: 0 },
+            queues: 1,
+        },
+    })?;
+    apply(&mut backend, &plan)?;
+    pod.ip(&[
+        "link", "add", "wt-gport", "type", "veth", "peer", "name", "eth0", "netns", &guest.0,
+    ])?;
+    pod.ip(&["link", "set", "wt-gport", "master", &plan.names.bridge, "up"])?;
+    guest.ip(&["addr", "add", "10.0.2.2/24", "dev", "eth0"])?;
+    guest.ip(&["link", "set", "eth0", "up"])?;
+    guest.ip(&["route", "add", "default", "via", "10.0.2.1"])?;
+    let www = tempfile::tempdir()?;
+    std::fs::write(www.path().join("index.html"), "hello-from-guest\n")?;
+    let _on_80 = httpd_on(&guest, www.path(), 80)?;
+    let _on_8080 = httpd_on(&guest, www.path(), 8080)?;
+
+    assert_eq!(
+        wget(&node, "http://10.222.222.1/index.html")?,
+        "hello-from-guest\n"
+    );
+    let undeclared = node.exec(&[
+        "timeout",
+        "2",
+        "busybox",
+        "wget",
+        "-q",
+        "-O",
+        "-",
+        "http://10.222.222.1:8080/index.html",
+    ]);
+    assert!(undeclared.is_err(), "port 8080 is not declared: {undeclared:?}");
+    assert_eq!(
+        wget(&guest, "http://10.0.2.2:8080/index.html")?,
+        "hello-from-guest\n",
+        "the guest does serve it"
+    );
+
+    pod.ip(&["link", "del", "wt-gport"])?;
+    teardown(&mut backend, &plan)?;
     Ok(())
 }
 
