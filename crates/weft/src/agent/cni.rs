@@ -28,6 +28,7 @@ fn internal(msg: impl Into<String>, details: impl ToString) -> CniError {
 pub async fn handle(agent: &Agent, request: CniRequest, single: bool) -> Result<Option<Value>, CniError> {
     let env = RequestEnv::from_lookup(|k| request.env.get(k).cloned())?;
     let bytes = request.config_bytes()?;
+    let bytes = overlay(&bytes, &agent.daemon_config)?;
     let config = MetaConfig::parse(&bytes).map_err(|e| {
         CniError::new(codes::INVALID_NETWORK_CONFIG, "invalid weft configuration").with_details(e.to_string())
     })?;
@@ -38,6 +39,18 @@ pub async fn handle(agent: &Agent, request: CniRequest, single: bool) -> Result<
         ));
     }
     let request = AttachmentRequest::from_request_env(&env);
+    if !config.readiness_indicator_file.is_empty() {
+        let path = &config.readiness_indicator_file;
+        match env.command {
+            CniCommand::Del if !std::path::Path::new(path).exists() => {
+                tracing::warn!(%path, "readiness indicator file missing; DEL goes on");
+            }
+            CniCommand::Del | CniCommand::Check => {}
+            _ => super::autoconf::wait_for_readiness(path, super::autoconf::READINESS_WAIT)
+                .await
+                .map_err(|e| CniError::new(codes::TRY_AGAIN_LATER, e))?,
+        }
+    }
     match env.command {
         CniCommand::Add => add(agent, &config, &request).await.map(Some),
         CniCommand::Del => del(agent, &config, &request).await.map(|()| None),
@@ -49,6 +62,24 @@ pub async fn handle(agent: &Agent, request: CniRequest, single: bool) -> Result<
             "VERSION is answered by the shim",
         )),
     }
+}
+
+/// The request's config with every key of the daemon config overlaid (Multus thick mode).
+fn overlay(bytes: &[u8], daemon: &serde_json::Map<String, Value>) -> Result<Vec<u8>, CniError> {
+    if daemon.is_empty() {
+        return Ok(bytes.to_vec());
+    }
+    let Value::Object(request) = serde_json::from_slice(bytes).map_err(|e| {
+        CniError::new(codes::DECODING_FAILURE, "config is not valid JSON").with_details(e.to_string())
+    })?
+    else {
+        return Err(CniError::new(
+            codes::DECODING_FAILURE,
+            "config is not a JSON object",
+        ));
+    };
+    let merged = weft_meta::install::overlay_daemon_config(&request, daemon, false);
+    serde_json::to_vec(&merged).map_err(|e| internal("config", e))
 }
 
 /// The pod of a request, as planning sees it (`None`: not in the store).

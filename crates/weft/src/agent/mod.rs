@@ -1,6 +1,7 @@
 //! The node agent: the thick CNI plugin behind `weft-cni` (meta-plugin), and in the local
 //! cluster also the kubelet (pod sandboxes) and launcher (guest wiring, DHCP, QEMU) roles.
 
+mod autoconf;
 mod cni;
 mod metrics;
 mod routes;
@@ -40,6 +41,13 @@ pub struct AgentArgs {
     /// another, as Multus).
     #[arg(long, default_value_t = 4)]
     pub parallel_delegates: usize,
+    /// Daemon config (JSON): every key is overlaid on each request's config (thick mode).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Generate `00-weft.conflist` in --conf-dir from the first network config found in this
+    /// directory (the primary network), and keep it up to date.
+    #[arg(long)]
+    pub auto_config: Option<PathBuf>,
     /// Local-cluster mode: also run pod sandboxes and guests for pods bound to this node.
     #[arg(long)]
     pub local: bool,
@@ -53,6 +61,8 @@ pub struct Agent {
     pub state_dir: PathBuf,
     /// The cluster store.
     pub store: Arc<dyn Store>,
+    /// The daemon config overlaid on every request.
+    pub daemon_config: serde_json::Map<String, serde_json::Value>,
     /// Metrics.
     pub metrics: Metrics,
 }
@@ -90,10 +100,12 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
         cached.wait_synced(std::time::Duration::from_secs(20)).await?;
         store = Arc::new(cached);
     }
+    let daemon_config = autoconf::load_daemon_config(args.config.as_deref())?;
     let agent = Arc::new(Agent {
         args: args.clone(),
         state_dir: state.to_path_buf(),
         store,
+        daemon_config,
         metrics: Metrics::default(),
     });
     let server_state = Arc::new(server::ServerState {
@@ -101,6 +113,14 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
         ready: AtomicBool::new(true),
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    if let Some(dir) = args.auto_config.clone() {
+        tokio::spawn(autoconf::keep_generated(
+            args.conf_dir.clone(),
+            dir,
+            agent.daemon_config.clone(),
+            stop_rx.clone(),
+        ));
+    }
     if args.local {
         let agent = agent.clone();
         let stop = stop_rx.clone();
