@@ -430,6 +430,8 @@ fn daemonset_runs_the_agent_with_the_host_dirs_and_installs_the_plugins_atomical
         "/etc/cni/net.d",
         "/var/lib/weft",
         "/run/netns",
+        "/var/lib/cni",
+        "/run/cni",
     ] {
         assert!(
             mounts.contains(&(dir, dir)),
