@@ -23,11 +23,13 @@ sleep 0.2
 NICS=$(ls /sys/class/net | grep '^eth' | sort | tr '\n' ' ')
 h=$(arg hostname); [ -n "$h" ] && hostname "$h"
 
-for i in $NICS; do
-  ip link set "$i" up
-  udhcpc -f -q -n -t 10 -T 1 -A 1 -i "$i" -s /bin/udhcpc.script \
+# one DHCP attempt on $1 in the background (about 10 s, then udhcpc gives up and exits)
+dhcp() {
+  ip link set "$1" up
+  udhcpc -f -q -n -t 10 -T 1 -A 1 -i "$1" -p "/run/udhcpc.$1.pid" -s /bin/udhcpc.script \
     -O mtu -O staticroutes -O search -O hostname -O domain >/dev/null 2>&1 &
-done
+}
+for i in $NICS; do dhcp "$i"; done
 wait
 echo "WEFT-READY uptime=$(up) nics=$(echo $NICS | tr ' ' ',')"
 
@@ -50,16 +52,14 @@ for p in $(arg httpd); do
   if httpd -p "$p" -h /www; then echo "WEFT-CHECK httpd $p ok"; else echo "WEFT-CHECK httpd $p fail"; fi
 done
 
-# NICs plugged in later (hot-plug) get DHCP too
-leased=" $NICS "
+# every NIC without an IPv4 address and without a running udhcpc gets another attempt: NICs
+# plugged in later (hot-plug), and NICs whose DHCP server was not up yet at boot
 interval=$(arg ga_interval); [ -n "$interval" ] || interval=2
 while true; do
   for i in $(ls /sys/class/net | grep '^eth'); do
-    case "$leased" in *" $i "*) continue ;; esac
-    leased="$leased$i "
-    ip link set "$i" up
-    udhcpc -f -q -n -t 10 -T 1 -A 1 -i "$i" -s /bin/udhcpc.script \
-      -O mtu -O staticroutes -O search -O hostname -O domain >/dev/null 2>&1 &
+    [ -n "$(ip -o -4 addr show dev "$i")" ] && continue
+    [ -f "/run/udhcpc.$i.pid" ] && kill -0 "$(cat "/run/udhcpc.$i.pid")" 2>/dev/null && continue
+    dhcp "$i"
   done
   for i in $(ls /sys/class/net | grep -v '^lo$' | sort); do
     echo "WEFT-GA $i $(cat /sys/class/net/$i/address) $(ip -o addr show dev "$i" | awk '{print $4}' | tr '\n' ' ')"
