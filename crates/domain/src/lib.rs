@@ -4,10 +4,12 @@
 //! - [`xml`]: the element structs and their serde/quick-xml rendering;
 //! - [`interface`]: pure conversion of VMI interfaces (+ what the launcher found in the pod) to
 //!   elements;
+//! - [`sriov`]: the VF pool from the network-info file and the SR-IOV `<hostdev>`s;
 //! - [`document`]: the whole `<domain type='qemu'>` document.
 
 pub mod document;
 pub mod interface;
+pub mod sriov;
 pub mod xml;
 
 pub use document::{DirectKernelBoot, Domain};

@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 use weft_domain::interface::{
     Arch, ConvertOptions, InterfaceBinding, InterfaceState, PodInterface, Port, VmiInterface,
-    convert_interface, domain_interfaces, link_state_update, sriov_hostdev,
+    convert_interface, domain_interfaces, link_state_update,
 };
+use weft_domain::sriov::{parse_network_info, sriov_hostdevs};
 use weft_domain::xml::{Interface, from_xml};
 
 fn vectors() -> Vec<Value> {
@@ -192,10 +193,10 @@ fn domain_xml_vectors() {
             checked += 1;
         } else if let Some(sriov) = input.get("sriovIface") {
             let iface = vmi_interface(sriov);
-            let host = input["networkInfoFile"]["interfaces"][0]["deviceInfo"]["pci"]["pci-address"]
-                .as_str()
-                .unwrap();
-            let hostdev = sriov_hostdev(&iface, host).unwrap();
+            let pool = parse_network_info(&input["networkInfoFile"].to_string()).unwrap();
+            let hostdev = sriov_hostdevs(std::slice::from_ref(&iface), pool)
+                .unwrap()
+                .remove(0);
             // weft leaves type='pci' off the source address: libvirt's schema rejects it there
             // (docs/compat.md); everything else is byte-exact.
             let want = expected["xml"].as_str().unwrap().replacen(
