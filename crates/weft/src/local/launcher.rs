@@ -93,7 +93,8 @@ pub async fn start(
         pod_ips: Default::default(),
     };
     let netns = weft_host::Netns::open(sandbox.netns_path())?;
-    let mut backend = weft_launcher::exec::CommandBackend::new(sandbox.netns_path());
+    let mut backend = weft_launcher::exec::NetlinkBackend::open(sandbox.netns_path())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let interfaces: Vec<_> = vmi
         .spec
         .interfaces()
@@ -304,7 +305,9 @@ pub async fn stop(_agent: &Arc<Agent>, state: LauncherState) {
     for server in state.dhcp {
         let _ = server.stop();
     }
-    let mut backend = weft_launcher::exec::CommandBackend::new(state.netns_path.clone());
+    let Ok(mut backend) = weft_launcher::exec::NetlinkBackend::open(&state.netns_path) else {
+        return;
+    };
     for plan in state.plans.iter().rev() {
         if let Err(e) = exec::teardown(&mut backend, plan) {
             tracing::warn!("teardown {}: {e}", plan.pod_iface);
