@@ -131,7 +131,8 @@ pub fn apply(backend: &mut dyn NetnsBackend, plan: &WiringPlan) -> Result<(), Ap
 }
 
 /// Undo the whole plan (idempotent: missing links and tables count as removed), attempting every
-/// operation and reporting every failure.
+/// operation and reporting every failure. It also cleans up after a crash at any step of
+/// [`apply`] (no rollback ran), given the same plan.
 pub fn teardown(backend: &mut dyn NetnsBackend, plan: &WiringPlan) -> Result<(), TeardownError> {
     let failures = run_all(backend, &plan.teardown());
     if failures.is_empty() {
