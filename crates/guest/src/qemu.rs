@@ -531,6 +531,7 @@ impl RunningGuest {
         }
         child.wait()?;
         let _ = std::fs::remove_file(self.spec.pidfile());
+        let _ = std::fs::remove_file(self.spec.qmp_socket());
         Ok(())
     }
 }
@@ -566,6 +567,9 @@ pub fn stop_by_pidfile(spec: &GuestSpec) -> std::io::Result<bool> {
         None => false,
     };
     let _ = std::fs::remove_file(&pidfile);
+    if killed {
+        let _ = std::fs::remove_file(spec.qmp_socket());
+    }
     Ok(killed)
 }
 
