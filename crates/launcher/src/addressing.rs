@@ -31,6 +31,7 @@ pub enum AddressingError {
 
 /// The VM network CIDRs of the masquerade binding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct VmNetworkCidrs {
     /// `vmNetworkCIDR` (default `10.0.2.0/24`).
     pub ipv4: Ipv4Net,
@@ -84,6 +85,7 @@ impl VmNetworkCidrs {
 
 /// The two addresses of a masquerade VM network, both with the CIDR's prefix length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct MasqueradePair<N> {
     /// The gateway, on the bridge: network address + 1.
     pub gateway: N,

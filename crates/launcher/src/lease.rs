@@ -20,6 +20,7 @@ pub enum LeaseError {
 
 /// The lease of one guest NIC: DHCPv4 and/or DHCPv6.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct GuestLease {
     /// The interface the servers listen on (the `k6t-…` bridge).
     pub server_interface: String,
@@ -35,6 +36,7 @@ pub struct GuestLease {
 
 /// The DHCPv4 part of a lease.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct LeaseV4 {
     /// The server identifier and source address.
     pub server_ip: Ipv4Addr,
@@ -48,6 +50,7 @@ pub struct LeaseV4 {
 
 /// A classless static route for option 121.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct GuestRoute {
     /// Destination (`0.0.0.0/0` for the default route).
     pub destination: Ipv4Net,
@@ -57,6 +60,7 @@ pub struct GuestRoute {
 
 /// The DHCPv6 part of a masquerade lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct LeaseV6 {
     /// The IA_NA address offered.
     pub address: Ipv6Net,

@@ -10,6 +10,7 @@ pub const MAX_LINK_NAME_LEN: usize = 15;
 
 /// The names of the links the launcher creates for one pod interface.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct LinkNames {
     /// The TAP the guest NIC is attached to (`tap0`, `tap<hash>`, `tap<n>`).
     pub tap: String,

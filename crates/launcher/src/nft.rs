@@ -63,6 +63,7 @@ impl NftFamily {
 
 /// A port the VMI declares on the masquerade interface (`spec.domain.devices.interfaces[].ports[]`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ForwardedPort {
     /// `tcp`, `udp` (any case); empty means `tcp`.
     pub protocol: String,
@@ -72,6 +73,7 @@ pub struct ForwardedPort {
 
 /// A port range the VMI declares (`portRanges`, behind the `PortRangesSpec` gate).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ForwardedPortRange {
     /// `tcp`, `udp` (any case); empty means `tcp`.
     pub protocol: String,
@@ -83,6 +85,7 @@ pub struct ForwardedPortRange {
 
 /// What the VMI asks of the masquerade NAT besides addresses.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NatOptions {
     /// Declared ports; empty (with no effective ranges) forwards everything.
     pub ports: Vec<ForwardedPort>,
@@ -98,6 +101,7 @@ pub struct NatOptions {
 
 /// The addresses of one family the NAT rules use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NatAddresses {
     /// The gateway on the bridge (SNAT target), e.g. `10.0.2.1`.
     pub gateway: IpAddr,
@@ -109,6 +113,7 @@ pub struct NatAddresses {
 
 /// Everything the masquerade rule set is computed from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NatInput {
     /// The pod interface (`eth0`): inbound traffic arrives there.
     pub pod_iface: String,
@@ -124,6 +129,7 @@ pub struct NatInput {
 
 /// One rule, in the chain it is appended to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NatRule {
     /// The chain name.
     pub chain: String,
@@ -133,6 +139,7 @@ pub struct NatRule {
 
 /// The NAT table of one family with its rules in the order they are appended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct FamilyRules {
     /// The family of the table.
     pub family: NftFamily,
@@ -142,6 +149,7 @@ pub struct FamilyRules {
 
 /// The complete masquerade NAT: one `nat` table per enabled family (`ip` before `ip6`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NatRuleSet {
     /// The tables, `ip` first.
     pub families: Vec<FamilyRules>,

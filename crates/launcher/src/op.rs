@@ -9,6 +9,7 @@ use crate::pod_link::PodRoute;
 
 /// Owner of the TAP device (0 for root VMIs, 107 for non-root ones).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TapOwner {
     /// Owning user id.
     pub uid: u32,

@@ -43,6 +43,7 @@ pub enum Binding {
 
 /// The TAP device's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TapSettings {
     /// Owner of the TAP.
     pub owner: TapOwner,
@@ -52,6 +53,7 @@ pub struct TapSettings {
 
 /// Everything the plan of one guest NIC is computed from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct WiringRequest {
     /// The binding of the VMI interface.
     pub binding: Binding,
@@ -74,6 +76,7 @@ pub struct WiringRequest {
 /// One step of a plan: the change and how to undo it. Undo operations run in their listed order;
 /// steps are undone in reverse plan order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct WiringStep {
     /// The change.
     pub op: Op,
@@ -84,6 +87,7 @@ pub struct WiringStep {
 
 /// The complete wiring of one guest NIC.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct WiringPlan {
     /// The pod interface this plan wires.
     pub pod_iface: String,

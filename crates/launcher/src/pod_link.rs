@@ -11,6 +11,7 @@ use crate::mac::MacAddress;
 
 /// A pod interface as the CNI plugins left it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PodLink {
     /// Interface name (`eth0`, `pod<hash>`, `net1`).
     pub name: String,
@@ -29,6 +30,7 @@ pub struct PodLink {
 
 /// A route through the pod interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PodRoute {
     /// Destination; the default route is `0.0.0.0/0` or `::/0`.
     pub destination: IpNet,
