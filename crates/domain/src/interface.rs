@@ -85,6 +85,7 @@ pub enum InterfaceState {
 
 /// A declared port (passt).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Port {
     /// `TCP`/`UDP` (any case); empty means TCP.
     pub protocol: String,
@@ -94,6 +95,7 @@ pub struct Port {
 
 /// The fields of a VMI interface (`spec.domain.devices.interfaces[]`) the domain needs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct VmiInterface {
     /// Interface (= network) name.
     pub name: String,
@@ -147,6 +149,7 @@ pub enum Arch {
 
 /// VMI-wide settings that shape every interface.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ConvertOptions {
     /// Guest architecture.
     pub arch: Arch,
@@ -164,6 +167,7 @@ pub struct ConvertOptions {
 
 /// What the launcher found in the pod for one interface.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PodInterface {
     /// The pod interface name (`eth0`, `pod<hash>`).
     pub pod_iface: String,
