@@ -48,6 +48,25 @@ pub struct AgentInterface {
     pub addresses: Vec<IpNet>,
 }
 
+impl AgentInterface {
+    /// The addresses without prefix, in the guest's order (the form of VMI
+    /// `status.interfaces[].ipAddresses`).
+    pub fn ips(&self) -> Vec<std::net::IpAddr> {
+        self.addresses.iter().map(IpNet::addr).collect()
+    }
+
+    /// [`AgentInterface::ips`] without IPv6 link-local addresses.
+    pub fn global_ips(&self) -> Vec<std::net::IpAddr> {
+        self.ips()
+            .into_iter()
+            .filter(|ip| match ip {
+                std::net::IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) != 0xfe80,
+                std::net::IpAddr::V4(_) => true,
+            })
+            .collect()
+    }
+}
+
 /// The result of one check requested on the kernel command line (`WEFT-CHECK`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Check {
@@ -315,6 +334,8 @@ WEFT-CHECK ping 10.0.3.1 o";
         let ga = report.agent_interface("eth0").unwrap();
         assert_eq!(ga.mac, "52:54:00:00:00:01");
         assert_eq!(ga.addresses.len(), 2, "the latest agent line wins");
+        assert_eq!(ga.ips()[1].to_string(), "fe80::5054:ff:fe00:1");
+        assert_eq!(ga.global_ips(), vec![std::net::IpAddr::from([10, 0, 2, 2])]);
         assert_eq!(report.agent_interfaces.len(), 2);
         assert_eq!(report.unparsed, vec!["WEFT-BOGUS what"]);
     }
