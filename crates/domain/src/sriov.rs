@@ -88,7 +88,23 @@ pub fn sriov_hostdevs(ifaces: &[VmiInterface], mut pool: PciPool) -> Result<Vec<
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        #[test]
+        fn network_info_parser_never_panics(text in ".{0,200}") {
+            let _ = parse_network_info(&text);
+        }
+
+        #[test]
+        fn bad_pool_addresses_are_errors_not_panics(address in ".{0,20}") {
+            let text = serde_json::json!({"interfaces": [{"network": "a", "deviceInfo": {"pci": {"pci-address": address}}}]});
+            let pool = parse_network_info(&text.to_string()).unwrap();
+            let _ = sriov_hostdevs(&[VmiInterface::new("a", InterfaceBinding::Sriov)], pool);
+        }
+    }
 
     #[test]
     fn pool_hands_each_address_out_once() {

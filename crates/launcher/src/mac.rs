@@ -28,7 +28,7 @@ impl FromStr for MacAddress {
         }
         let mut octets = [0u8; 6];
         for (octet, part) in octets.iter_mut().zip(parts) {
-            if part.len() != 2 {
+            if part.len() != 2 || !part.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Err(err());
             }
             *octet = u8::from_str_radix(part, 16).map_err(|_| err())?;
@@ -79,6 +79,13 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn parser_never_panics_and_accepts_only_canonical_octets(text in ".{0,24}") {
+            if let Ok(mac) = text.parse::<MacAddress>() {
+                prop_assert_eq!(mac.to_string(), text.to_lowercase().replace('-', ":"));
+            }
+        }
+
         #[test]
         fn display_parse_round_trip(octets in any::<[u8; 6]>()) {
             let mac = MacAddress(octets);
