@@ -329,13 +329,25 @@ impl<'a, E: PluginExec> Executor<'a, E> {
         plan: &DelegatePlan,
         cached: Option<&CniResult>,
     ) -> Result<(), String> {
-        delegate_of(plan)?
-            .del(
-                self.cni,
-                &runtime_conf(request, plan, plan.del_cni_args()),
-                cached,
-            )
-            .map_err(|e| e.to_string())
+        match delegate_of(plan)?.del(
+            self.cni,
+            &runtime_conf(request, plan, plan.del_cni_args()),
+            cached,
+        ) {
+            // A plugin that is not installed cannot hold anything for this attachment (its ADD
+            // could not have run either); failing would block the sandbox's removal forever.
+            Err(e) if only_missing_plugins(&e) => Ok(()),
+            other => other.map_err(|e| e.to_string()),
+        }
+    }
+}
+
+fn only_missing_plugins(error: &weft_cni::runtime::DelegateError) -> bool {
+    use weft_cni::runtime::DelegateError;
+    match error {
+        DelegateError::NotFound(_) => true,
+        DelegateError::Multiple(errors) => errors.iter().all(only_missing_plugins),
+        _ => false,
     }
 }
 

@@ -1,6 +1,6 @@
 //! The thick plugin path with the real reference plugins: a runtime execs `weft-cni` → the
-//! agent (in a node namespace) → bridge/host-local for eth0 and a NAD's bridge for a secondary
-//! network; network-status lands on the pod; DEL removes everything, and DEL again succeeds.
+//! agent (in a node namespace) → bridge/host-local for eth0 and NADs' bridges for secondary
+//! networks; network-status lands on the pod; DEL removes everything, and DEL again succeeds.
 
 mod common;
 
@@ -36,6 +36,16 @@ impl Netns {
             .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
+    fn links(&self) -> Vec<String> {
+        let json: serde_json::Value =
+            serde_json::from_str(&self.exec(&["ip", "-j", "link"])).unwrap_or_default();
+        json.as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|l| l["ifname"].as_str().map(String::from))
+            .collect()
+    }
 }
 impl Drop for Netns {
     fn drop(&mut self) {
@@ -43,102 +53,47 @@ impl Drop for Netns {
     }
 }
 
-struct Agent(Child);
-impl Drop for Agent {
+/// A node namespace running an agent, with a cluster network, NADs and pods in the store.
+struct Node {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    conf: serde_json::Value,
+    agent: Child,
+    _node: Netns,
+}
+
+impl Drop for Node {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.agent.kill();
+        let _ = self.agent.wait();
     }
 }
 
-fn links(ns: &Netns) -> Vec<String> {
-    let json: serde_json::Value = serde_json::from_str(&ns.exec(&["ip", "-j", "link"])).unwrap_or_default();
-    json.as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|l| l["ifname"].as_str().map(String::from))
-        .collect()
-}
-
-fn shim(bin: &Path, conf: &serde_json::Value, command: &str, pod_ns: &Netns) -> std::process::Output {
-    let mut child = Command::new(bin.join("weft-cni"))
-        .env_clear()
-        .env("CNI_COMMAND", command)
-        .env(
-            "CNI_CONTAINERID",
-            "c0ffee0000000000000000000000000000000000000000000000000000000001",
-        )
-        .env("CNI_NETNS", format!("/run/netns/{}", pod_ns.0))
-        .env("CNI_IFNAME", "eth0")
-        .env(
-            "CNI_ARGS",
-            "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web;K8S_POD_INFRA_CONTAINER_ID=c0ffee",
-        )
-        .env("CNI_PATH", format!("{}:/usr/lib/cni", bin.display()))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(conf.to_string().as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
-
-#[test]
-fn shim_agent_reference_plugins_add_del_del() {
-    if !root_or_skip("shim_agent_reference_plugins_add_del_del") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let state = dir.path();
-    let bin: PathBuf = state.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::os::unix::fs::symlink(weft_bin(), bin.join("weft-cni")).unwrap();
-    std::os::unix::fs::symlink(weft_bin(), bin.join("weft-ipam")).unwrap();
-    let conf_dir = state.join("net.d");
-    std::fs::create_dir_all(&conf_dir).unwrap();
-    let cluster = serde_json::json!({
-        "cniVersion": "1.0.0", "name": "cluster",
-        "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true,
-                     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.250.0.0/24"}]],
-                              "routes": [{"dst": "0.0.0.0/0"}], "dataDir": state.join("host-local")}}]
-    });
-    std::fs::write(conf_dir.join("10-cluster.conflist"), cluster.to_string()).unwrap();
-    let manifests = format!(
-        r#"
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata: {{name: blue, namespace: default}}
-spec:
-  config: '{{"cniVersion":"1.0.0","type":"bridge","bridge":"br-blue","ipam":{{"type":"weft-ipam","range":"192.168.77.0/24","stateDir":"{state}"}}}}'
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: web
-  namespace: default
-  annotations:
-    k8s.v1.cni.cncf.io/networks: blue@blue0
-spec: {{nodeName: n1}}
-"#,
-        state = state.display()
-    );
-    let manifest_file = state.join("objects.yaml");
-    std::fs::write(&manifest_file, manifests).unwrap();
-    let applied = weft(state, &["apply", "-f", manifest_file.to_str().unwrap()]);
-    assert!(applied.status.success(), "{}", text(&applied));
-
-    let node = Netns::new("node");
-    let pod = Netns::new("pod");
-    let socket = state.join("weft.sock");
-    let agent = Agent(
-        Command::new("ip")
+impl Node {
+    /// `manifests`: YAML with `{state}` replaced by the state dir; `meta`: extra meta-plugin keys.
+    fn start(tag: &str, manifests: &str, meta: serde_json::Value) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path();
+        let bin = state.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::os::unix::fs::symlink(weft_bin(), bin.join("weft-cni")).unwrap();
+        std::os::unix::fs::symlink(weft_bin(), bin.join("weft-ipam")).unwrap();
+        let conf_dir = state.join("net.d");
+        std::fs::create_dir_all(&conf_dir).unwrap();
+        let cluster = serde_json::json!({
+            "cniVersion": "1.0.0", "name": "cluster",
+            "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true,
+                         "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.250.0.0/24"}]],
+                                  "routes": [{"dst": "0.0.0.0/0"}], "dataDir": state.join("host-local")}}]
+        });
+        std::fs::write(conf_dir.join("10-cluster.conflist"), cluster.to_string()).unwrap();
+        let file = state.join("objects.yaml");
+        std::fs::write(&file, manifests.replace("{state}", &state.display().to_string())).unwrap();
+        let applied = weft(state, &["apply", "-f", file.to_str().unwrap()]);
+        assert!(applied.status.success(), "{}", text(&applied));
+        let node = Netns::new(&format!("{tag}-node"));
+        let socket = state.join("weft.sock");
+        let agent = Command::new("ip")
             .args(["netns", "exec", &node.0])
             .arg(weft_bin())
             .arg("--state-dir")
@@ -157,25 +112,89 @@ spec: {{nodeName: n1}}
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(state.join("agent.log")).unwrap())
             .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !socket.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !socket.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut conf = serde_json::json!({
+            "cniVersion": "1.0.0", "name": "weft", "type": "weft-cni",
+            "clusterNetwork": conf_dir.join("10-cluster.conflist"),
+            "daemonSocketDir": state,
+        });
+        if let (Some(conf), Some(extra)) = (conf.as_object_mut(), meta.as_object()) {
+            conf.extend(extra.clone());
+        }
+        Self {
+            dir,
+            bin,
+            conf,
+            agent,
+            _node: node,
+        }
     }
-    let conf = serde_json::json!({
-        "cniVersion": "1.0.0", "name": "weft", "type": "weft-cni",
-        "clusterNetwork": conf_dir.join("10-cluster.conflist"),
-        "daemonSocketDir": state,
-    });
-    let log = || std::fs::read_to_string(state.join("agent.log")).unwrap_or_default();
 
-    let add = shim(&bin, &conf, "ADD", &pod);
+    fn state(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.state().join("agent.log")).unwrap_or_default()
+    }
+
+    fn shim(&self, command: &str, pod_ns: &Netns, namespace: &str, pod: &str) -> std::process::Output {
+        let mut child = Command::new(self.bin.join("weft-cni"))
+            .env_clear()
+            .env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", "c0ffee0000000000000000000000000000000000000000000000000000000001")
+            .env("CNI_NETNS", format!("/run/netns/{}", pod_ns.0))
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_ARGS", format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={pod};K8S_POD_INFRA_CONTAINER_ID=c0ffee"))
+            .env("CNI_PATH", format!("{}:/usr/lib/cni", self.bin.display()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(self.conf.to_string().as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    }
+}
+
+const BLUE_NAD: &str = r#"
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata: {name: blue, namespace: NS}
+spec:
+  config: '{"cniVersion":"1.0.0","type":"bridge","bridge":"br-blue","ipam":{"type":"weft-ipam","range":"192.168.77.0/24","stateDir":"{state}"}}'
+"#;
+
+fn pod_manifest(namespace: &str, name: &str, networks: &str) -> String {
+    format!(
+        "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {namespace}\n  annotations:\n    k8s.v1.cni.cncf.io/networks: {networks}\nspec: {{nodeName: n1}}\n"
+    )
+}
+
+#[test]
+fn shim_agent_reference_plugins_add_del_del() {
+    if !root_or_skip("shim_agent_reference_plugins_add_del_del") {
+        return;
+    }
+    let manifests = BLUE_NAD.replace("NS", "default") + &pod_manifest("default", "web", "blue@blue0");
+    let node = Node::start("sa", &manifests, serde_json::json!({}));
+    let pod = Netns::new("sa-pod");
+
+    let add = node.shim("ADD", &pod, "default", "web");
     assert!(
         add.status.success(),
         "ADD failed: {}\nagent log:\n{}",
         text(&add),
-        log()
+        node.log()
     );
     let result: serde_json::Value = serde_json::from_slice(&add.stdout).unwrap();
     assert_eq!(result["cniVersion"], "1.0.0");
@@ -186,12 +205,12 @@ spec: {{nodeName: n1}}
             .starts_with("10.250.0."),
         "{result}"
     );
-    let attached = links(&pod);
+    let attached = pod.links();
     assert!(
         attached.contains(&"eth0".to_string()) && attached.contains(&"blue0".to_string()),
         "{attached:?}"
     );
-    let status = weft(state, &["net", "status", "web"]);
+    let status = weft(node.state(), &["net", "status", "web"]);
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).expect("network-status");
     assert_eq!(status[0]["interface"], "eth0");
     assert_eq!(status[0]["default"], true);
@@ -202,15 +221,96 @@ spec: {{nodeName: n1}}
         "{status}"
     );
 
-    let del = shim(&bin, &conf, "DEL", &pod);
-    assert!(del.status.success(), "DEL failed: {}\n{}", text(&del), log());
-    assert_eq!(links(&pod), vec!["lo".to_string()], "everything detached");
-    let again = shim(&bin, &conf, "DEL", &pod);
+    let del = node.shim("DEL", &pod, "default", "web");
+    assert!(del.status.success(), "DEL failed: {}\n{}", text(&del), node.log());
+    assert_eq!(pod.links(), vec!["lo".to_string()], "everything detached");
+    let again = node.shim("DEL", &pod, "default", "web");
     assert!(
         again.status.success(),
         "second DEL must succeed: {}\n{}",
         text(&again),
-        log()
+        node.log()
     );
-    drop(agent);
+    let list = weft(node.state(), &["ipam", "list"]);
+    assert!(
+        !String::from_utf8_lossy(&list.stdout).contains("192.168.77."),
+        "address released:\n{}",
+        text(&list)
+    );
+}
+
+#[test]
+fn shim_agent_namespace_isolation_refuses_other_namespaces_and_attaches_nothing() {
+    if !root_or_skip("shim_agent_namespace_isolation_refuses_other_namespaces_and_attaches_nothing") {
+        return;
+    }
+    let manifests = BLUE_NAD.replace("NS", "team-b") + &pod_manifest("team-a", "web", "team-b/blue");
+    let node = Node::start("iso", &manifests, serde_json::json!({"namespaceIsolation": true}));
+    let pod = Netns::new("iso-pod");
+    let add = node.shim("ADD", &pod, "team-a", "web");
+    assert!(!add.status.success(), "ADD must be refused: {}", text(&add));
+    let error: serde_json::Value = serde_json::from_slice(&add.stdout).expect("CNI error on stdout");
+    assert_eq!(error["code"], 103, "{error}");
+    let msg = error["msg"].as_str().unwrap_or("");
+    assert!(
+        msg.contains("namespace isolation") && msg.contains("team-b"),
+        "{msg}"
+    );
+    assert_eq!(
+        pod.links(),
+        vec!["lo".to_string()],
+        "nothing attached, not even eth0"
+    );
+    let del = node.shim("DEL", &pod, "team-a", "web");
+    assert!(
+        del.status.success(),
+        "DEL after a refused ADD succeeds: {}\n{}",
+        text(&del),
+        node.log()
+    );
+}
+
+#[test]
+fn shim_agent_failing_delegate_rolls_back_everything() {
+    if !root_or_skip("shim_agent_failing_delegate_rolls_back_everything") {
+        return;
+    }
+    let broken = r#"
+---
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata: {name: broken, namespace: default}
+spec:
+  config: '{"cniVersion":"1.0.0","type":"macvlan","master":"does-not-exist","ipam":{"type":"static","addresses":[{"address":"192.168.78.5/24"}]}}'
+"#;
+    let manifests = BLUE_NAD.replace("NS", "default")
+        + broken
+        + &pod_manifest("default", "web", "blue@blue0,broken@bad0");
+    let node = Node::start("rb", &manifests, serde_json::json!({}));
+    let pod = Netns::new("rb-pod");
+    let add = node.shim("ADD", &pod, "default", "web");
+    assert!(!add.status.success(), "ADD must fail: {}", text(&add));
+    let error: serde_json::Value = serde_json::from_slice(&add.stdout).expect("CNI error on stdout");
+    assert!(
+        error["msg"].as_str().unwrap_or("").contains("broken"),
+        "the error names the network: {error}"
+    );
+    assert_eq!(
+        pod.links(),
+        vec!["lo".to_string()],
+        "eth0 and blue0 were rolled back"
+    );
+    let list = weft(node.state(), &["ipam", "list"]);
+    assert!(
+        !String::from_utf8_lossy(&list.stdout).contains("192.168.77."),
+        "no address leaked:\n{}",
+        text(&list)
+    );
+    let del = node.shim("DEL", &pod, "default", "web");
+    assert!(
+        del.status.success(),
+        "DEL after a failed ADD succeeds: {}\n{}",
+        text(&del),
+        node.log()
+    );
 }

@@ -237,7 +237,36 @@ async fn add(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
                 .delegate_errors
                 .get_or_create(&super::metrics::DelegateLabels { plugin: "add".into() })
                 .inc();
-            remove_cache(agent, &request.container_id);
+            // After a complete rollback nothing is held: record exactly that, so the runtime's
+            // DEL does not recompute delegates (a broken NAD would then fail DEL forever). The
+            // failed delegate's own DEL may fail for the reason its ADD did (a missing master):
+            // that holds nothing. If an attached delegate's rollback failed, the full record
+            // stays for DEL to retry.
+            if let weft_meta::ExecutorError::Add {
+                failed,
+                rollback_errors,
+                ..
+            } = &error
+            {
+                let failed_name = record
+                    .delegates
+                    .get(*failed)
+                    .map(|d| d.display_name.as_str())
+                    .unwrap_or("");
+                if rollback_errors.iter().all(|(name, _)| name == failed_name) {
+                    for (name, e) in rollback_errors {
+                        tracing::warn!(network = %name, "rollback DEL of the failed delegate: {e}");
+                    }
+                    write_cache(
+                        agent,
+                        &CacheRecord {
+                            delegates: Vec::new(),
+                            results: Vec::new(),
+                            ..record
+                        },
+                    )?;
+                }
+            }
             Err(error.to_cni_error())
         }
     }
@@ -277,7 +306,15 @@ async fn del(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
         Some(pod) => PodLookup::Found(pod),
         None => PodLookup::NotFound,
     };
-    let catalog = catalog(agent, config).await?;
+    // With a cache, DEL needs no API object: it must work while the API server is down.
+    let catalog = match catalog(agent, config).await {
+        Ok(catalog) => catalog,
+        Err(e) if cached.is_some() => {
+            tracing::warn!(container = %request.container_id, "DEL without the store ({}): using the cache only", e.msg);
+            MemoryCatalog::default()
+        }
+        Err(e) => return Err(e),
+    };
     let plan = decide_del_plan(config, request, cached.as_deref(), lookup, &catalog)
         .map_err(|e| CniError::new(plan_error_code(&e), e.to_string()))?;
     for warning in &plan.warnings {
