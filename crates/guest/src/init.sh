@@ -31,6 +31,7 @@ dhcp() {
 }
 for i in $NICS; do dhcp "$i"; done
 wait
+ip route | while read -r route; do echo "WEFT-ROUTE $route"; done
 echo "WEFT-READY uptime=$(up) nics=$(echo $NICS | tr ' ' ',')"
 
 for t in $(arg ping); do

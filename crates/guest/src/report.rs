@@ -95,6 +95,9 @@ pub struct GuestReport {
     pub agent_interfaces: Vec<AgentInterface>,
     /// Check results, in order.
     pub checks: Vec<Check>,
+    /// The guest's routing table once every boot-time NIC had its DHCP attempt (`ip route`
+    /// lines, e.g. `default via 10.0.2.1 dev eth0 metric 100`).
+    pub routes: Vec<String>,
     /// Errors the guest printed (`WEFT-ERROR`).
     pub errors: Vec<String>,
     /// `WEFT-` lines that did not parse.
@@ -196,6 +199,7 @@ fn parse_line(line: &str, report: &mut GuestReport) -> Option<()> {
         "WEFT-LEASE" => report.leases.push(parse_lease(words)?),
         "WEFT-LEASEFAIL" => report.lease_failures.push(words.next()?.to_string()),
         "WEFT-ERROR" => report.errors.push(words.collect::<Vec<_>>().join(" ")),
+        "WEFT-ROUTE" => report.routes.push(words.collect::<Vec<_>>().join(" ")),
         "WEFT-CHECK" => {
             let kind = words.next()?.to_string();
             let target = words.next()?.to_string();
@@ -291,6 +295,7 @@ WEFT-BOOT uptime=2.31 kernel=6.1.0-56-amd64\r
 WEFT-LEASE eth0 10.0.2.2/24 router=10.0.2.1 dns=10.96.0.10,10.96.0.11 mtu=1400 search=default.svc.cluster.local,cluster.local domain=default.svc.cluster.local hostname=vm1 staticroutes=- lease=86313600 server=10.0.2.1\r
 [    3.0] noise WEFT-LEASE eth1 192.168.10.5/24 router=- dns=- mtu=1500 search=- domain=- hostname=- staticroutes=198.51.100.0/24,192.168.10.1,10.0.0.0/8,0.0.0.0 lease=86313600 server=169.254.75.11\r
 WEFT-LEASEFAIL eth2 leasefail\r
+WEFT-ROUTE default via 10.0.2.1 dev eth0 metric 100 \r
 WEFT-READY uptime=3.4 nics=eth0,eth1,eth2\r
 WEFT-CHECK ping 10.0.2.1 ok\r
 WEFT-CHECK ping 192.0.2.10 fail\r
@@ -323,6 +328,7 @@ WEFT-CHECK ping 10.0.3.1 o";
             ]
         );
         assert_eq!(report.lease_failures, vec!["eth2"]);
+        assert_eq!(report.routes, vec!["default via 10.0.2.1 dev eth0 metric 100"]);
         assert!(report.check("ping", "10.0.2.1").unwrap().ok);
         assert!(!report.check("ping", "192.0.2.10").unwrap().ok);
         assert_eq!(

@@ -147,6 +147,16 @@ fn guest_leases_both_nics_from_weft_dhcp_and_pings_the_bridges() {
         eth1.static_routes,
         vec![("198.51.100.0/24".parse().unwrap(), Ipv4Addr::new(10, 0, 3, 1))]
     );
+    for route in [
+        "default via 10.0.2.1 dev eth0 metric 100",
+        "198.51.100.0/24 via 10.0.3.1 dev eth1 metric 101",
+    ] {
+        assert!(
+            report.routes.iter().any(|r| r == route),
+            "{route}: {:?}",
+            report.routes
+        );
+    }
     assert!(report.check("ping", "10.0.2.1").unwrap().ok, "{report:?}");
     assert!(report.check("ping", "10.0.3.1").unwrap().ok, "{report:?}");
     let ga0 = report.agent_interface("eth0").unwrap();
