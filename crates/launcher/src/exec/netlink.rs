@@ -73,6 +73,23 @@ impl NetlinkBackend {
     }
 }
 
+impl NetlinkBackend {
+    fn configure_bridge(
+        &mut self,
+        name: &str,
+        mac: Option<MacAddress>,
+        mtu: Option<u32>,
+    ) -> Result<(), HostError> {
+        if let Some(mac) = mac {
+            self.netlink.set_mac(name, MacAddr(mac.0))?;
+        }
+        if let Some(mtu) = mtu {
+            self.netlink.set_mtu(name, mtu)?;
+        }
+        Ok(())
+    }
+}
+
 fn ignore_exists(result: Result<(), HostError>) -> Result<(), BackendError> {
     match result {
         Err(e) if e.is_already_exists() => Ok(()),
@@ -86,16 +103,7 @@ impl NetnsBackend for NetlinkBackend {
         match op {
             Op::CreateBridge { name, mac, mtu } => {
                 nl.create_bridge(name)?;
-                let mut configure = || -> Result<(), HostError> {
-                    if let Some(mac) = mac {
-                        self.netlink.set_mac(name, MacAddr(mac.0))?;
-                    }
-                    if let Some(mtu) = mtu {
-                        self.netlink.set_mtu(name, *mtu)?;
-                    }
-                    Ok(())
-                };
-                let result = configure();
+                let result = self.configure_bridge(name, *mac, *mtu);
                 self.created_or_delete(name, result)
             }
             Op::CreateTap {
