@@ -1,8 +1,12 @@
 //! The scripts inside the initramfs: `/init` and the udhcpc hook.
 //!
 //! `/init` loads the virtio modules, runs `udhcpc` on every `ethN`, runs the checks requested on
-//! the kernel command line, then prints a guest-agent line per interface every ~2 s. Kernel
-//! command-line options it understands (comma-separated lists):
+//! the kernel command line, then prints a guest-agent line per interface every ~2 s (and retries
+//! DHCP on any NIC without an IPv4 address, which covers hot-plugged NICs). Report lines, parsed
+//! by [`crate::report`]: `WEFT-BOOT`, `WEFT-LEASE <if> <ip/prefix> key=value…`,
+//! `WEFT-LEASEFAIL <if>`, `WEFT-ROUTE <ip route line>`, `WEFT-READY`, `WEFT-CHECK …`,
+//! `WEFT-GA <if> <mac> <ip/prefix>…`, `WEFT-ERROR …`. Kernel command-line options it understands
+//! (comma-separated lists):
 //!
 //! | option | effect | report |
 //! |---|---|---|
