@@ -111,6 +111,32 @@ mod tests {
         assert_eq!(relative, vec![1, b'a', 1, b'b', 0]);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn valid_domains_encode_as_length_prefixed_labels(
+            labels in proptest::collection::vec("[a-z0-9_]([a-z0-9_-]{0,20}[a-z0-9])?", 0..4),
+            last in "[a-z]([a-z0-9-]{0,20}[a-z0-9])?",
+        ) {
+            let mut all = labels.clone();
+            all.push(last);
+            let domain = all.join(".");
+            proptest::prop_assert!(is_valid_search_domain(&domain), "{}", domain);
+            let bytes = search_domains(std::slice::from_ref(&domain)).unwrap();
+            let mut expected = Vec::new();
+            for label in &all {
+                expected.push(label.len() as u8);
+                expected.extend_from_slice(label.as_bytes());
+            }
+            expected.push(0);
+            proptest::prop_assert_eq!(bytes, expected);
+        }
+
+        #[test]
+        fn uppercase_or_spaces_are_never_valid(domain in "[a-z.]{0,10}[A-Z ,][a-z.]{0,10}") {
+            proptest::prop_assert!(!is_valid_search_domain(&domain));
+        }
+    }
+
     #[test]
     fn empty_route_list_encodes_empty() {
         assert!(classless_routes(&[]).is_empty());
