@@ -394,3 +394,89 @@ async fn gc(agent: &Agent) -> Result<(), CniError> {
         .await?
         .map_err(|e| e.to_cni_error())
 }
+
+/// The dynamic-networks-controller role: bring a running pod's attachments in line with its
+/// networks annotation (hot-plug and hot-unplug), through the same plans, executor, cache and
+/// network-status as ADD/DEL. `container_id`/`netns` identify the pod's sandbox; `config` is
+/// the meta-plugin config the runtime uses on this node. Returns the number of changes.
+pub async fn reconcile_pod_networks(
+    agent: &Agent,
+    config_bytes: &[u8],
+    container_id: &str,
+    netns: &str,
+    pod: &Pod,
+) -> Result<usize, CniError> {
+    let config = MetaConfig::parse(&overlay(config_bytes, &agent.daemon_config)?).map_err(|e| {
+        CniError::new(codes::INVALID_NETWORK_CONFIG, "invalid weft configuration").with_details(e.to_string())
+    })?;
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let desired = weft_netconf::parse_networks_annotation(
+        pod.metadata
+            .annotation(weft_netconf::NETWORKS_ANNOTATION)
+            .unwrap_or(""),
+        &namespace,
+    )
+    .map_err(|e| CniError::new(codes::OBJECT_INVALID, e.to_string()))?;
+    let (mut statuses, _) = weft_netconf::read_network_status_annotation(
+        pod.metadata
+            .annotation(weft_netconf::NETWORK_STATUS_ANNOTATION)
+            .unwrap_or(""),
+    );
+    let (to_add, to_remove) = weft_meta::hotplug_diff(&desired, &statuses);
+    if to_add.is_empty() && to_remove.is_empty() {
+        return Ok(0);
+    }
+    let mut record = cached_record(agent, container_id)?;
+    let mut request = AttachmentRequest {
+        container_id: container_id.to_string(),
+        netns: netns.to_string(),
+        ifname: record.ifname.clone(),
+        ..Default::default()
+    };
+    request.k8s = record.k8s.clone();
+    let meta_pod = weft_meta::Pod {
+        namespace: namespace.clone(),
+        name: pod.metadata.name.clone(),
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        annotations: pod.metadata.annotations.clone(),
+    };
+    let catalog = catalog(agent, &config).await?;
+    let mut changes = 0;
+    for element in &to_add {
+        let plan =
+            weft_meta::plan_hotplug_add(&config, &request, &meta_pod, element, &record.delegates, &catalog)
+                .map_err(|e| CniError::new(codes::OBJECT_INVALID, e.to_string()))?;
+        let (req, plans) = (request.clone(), vec![plan.clone()]);
+        let outcome = execute(agent, move |executor| executor.add(&req, &plans))
+            .await?
+            .map_err(|e| e.to_cni_error())?;
+        let result = outcome.results.into_iter().next().unwrap_or_default();
+        statuses = weft_meta::status_after_add(&statuses, element, &result);
+        record = record.with_attachment(plan, Some(result));
+        write_cache(agent, &record)?;
+        changes += 1;
+    }
+    for element in &to_remove {
+        let Some((plan, cached)) = record
+            .attachment(&element.interface)
+            .map(|(p, r)| (p.clone(), r.cloned()))
+        else {
+            statuses = weft_meta::status_after_remove(&statuses, element);
+            continue;
+        };
+        let (req, plans) = (request.clone(), vec![plan]);
+        execute(agent, move |executor| executor.del(&req, &plans, &[cached]))
+            .await?
+            .map_err(|e| e.to_cni_error())?;
+        statuses = weft_meta::status_after_remove(&statuses, element);
+        record = record.without_attachment(&element.interface);
+        write_cache(agent, &record)?;
+        changes += 1;
+    }
+    let pod = weft_meta::Pod {
+        annotations: Default::default(),
+        ..meta_pod
+    };
+    write_network_status(agent, &pod, &statuses).await?;
+    Ok(changes)
+}

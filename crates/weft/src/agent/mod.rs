@@ -15,6 +15,7 @@ use clap::Args;
 use weft_cni::CniError;
 use weft_store::Store;
 
+pub use cni::reconcile_pod_networks;
 pub use metrics::Metrics;
 
 use crate::protocol::CniRequest;

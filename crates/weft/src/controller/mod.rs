@@ -216,6 +216,7 @@ async fn reconcile_vm(
         (false, Some(vmi)) if vmi.metadata.deletion_timestamp.is_none() => {
             api.delete(&vmi.metadata.name).await?;
         }
+        (true, Some(vmi)) => sync_template_changes(store, vm, vmi).await?,
         _ => {}
     }
     let printable = match (
@@ -240,6 +241,37 @@ async fn reconcile_vm(
                 let status = vm.status.get_or_insert_with(Default::default);
                 status.insert("printableStatus".into(), Value::String(printable.into()));
                 status.insert("ready".into(), Value::Bool(ready));
+                true
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+/// Propagate VM template interface changes to the running VMI (hot-plug, unplug via
+/// `state: absent`, link state, NAD changes) and clean detached interfaces from the template.
+async fn sync_template_changes(
+    store: &Arc<dyn Store>,
+    vm: &VirtualMachine,
+    vmi: &VirtualMachineInstance,
+) -> anyhow::Result<()> {
+    let sync = weft_vm::sync_vm_to_vmi(&vm.spec.template.spec, vmi);
+    let ns = vmi.namespace().to_string();
+    if let Some((networks, interfaces)) = sync.vmi {
+        Api::<VirtualMachineInstance>::namespaced(store.clone(), &ns)
+            .modify(&vmi.metadata.name, |v| {
+                v.spec.networks = networks.clone();
+                *v.spec.interfaces_mut() = interfaces.clone();
+                true
+            })
+            .await?;
+        crate::claims::ensure_for_vm(store, vm).await?;
+    }
+    if let Some((networks, interfaces)) = sync.vm_template {
+        Api::<VirtualMachine>::namespaced(store.clone(), &ns)
+            .modify(&vm.metadata.name, |v| {
+                v.spec.template.spec.networks = networks.clone();
+                *v.spec.template.spec.interfaces_mut() = interfaces.clone();
                 true
             })
             .await?;
@@ -342,19 +374,65 @@ async fn reconcile_vmi(
         "Succeeded" => "Succeeded",
         _ => "Scheduled",
     };
-    let statuses = weft_vm::network_statuses(&pod.metadata.annotations);
+    let ready = pod.status.phase == "Running";
     let node = pod.spec.node_name.clone();
+    let now = jiff::Timestamp::now();
     api.modify_status(&vmi.metadata.name, |v| {
-        let interfaces =
-            weft_vm::controller_status_interfaces(&v.spec.networks, v.status_interfaces(), &statuses);
+        let plan = weft_vm::plan_vmi_sync(
+            v,
+            weft_vm::PodView {
+                annotations: &pod.metadata.annotations,
+                ready,
+            },
+            false,
+            &config,
+            now,
+        );
         let status = v.status.get_or_insert_with(Default::default);
         let before = status.clone();
         status.phase = new_phase.into();
         status.node_name = node.clone();
-        status.interfaces = interfaces;
+        status.interfaces = plan.status_interfaces;
+        match plan.migration_condition {
+            weft_vm::ConditionUpdate::Keep => {}
+            weft_vm::ConditionUpdate::Remove => status.conditions.retain(|c| c.type_ != "MigrationRequired"),
+            weft_vm::ConditionUpdate::Set(condition) => {
+                status.conditions.retain(|c| c.type_ != "MigrationRequired");
+                status.conditions.push(*condition);
+            }
+        }
         *status != before
     })
     .await?;
+    // Hot-plug/unplug: the running pod's networks annotation follows the VMI's interfaces.
+    let plan = weft_vm::plan_vmi_sync(
+        vmi,
+        weft_vm::PodView {
+            annotations: &pod.metadata.annotations,
+            ready,
+        },
+        false,
+        &config,
+        now,
+    );
+    if !plan.pod_annotations.is_empty() {
+        let claims = crate::claims::claim_names_for_vmi(store, vmi).await?;
+        let mut patch = plan.pod_annotations;
+        if let Some(networks) = patch.get_mut(weft_netconf::NETWORKS_ANNOTATION) {
+            *networks = launcher_pod::with_claim_references(networks, &claims);
+        }
+        let changed = patch
+            .iter()
+            .any(|(k, v)| pod.metadata.annotation(k) != Some(v.as_str()));
+        if changed {
+            Api::<Pod>::namespaced(store.clone(), &ns)
+                .modify(&pod.metadata.name, |p| {
+                    p.metadata.annotations.extend(patch.clone());
+                    true
+                })
+                .await?;
+        }
+    }
     Ok(())
 }
 

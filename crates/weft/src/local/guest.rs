@@ -15,6 +15,9 @@ use crate::local::launcher::DomainNic;
 /// `kind=target` words separated by spaces (`ping=172.31.255.254 wget=http://…`).
 pub const GUEST_CHECKS_ANNOTATION: &str = "weft.dev/guest-checks";
 
+/// PCIe slots a guest keeps for hot-plug, counting the NICs it boots with (as KubeVirt).
+pub const HOTPLUG_SLOTS: u8 = 4;
+
 /// Kernel command-line words for the checks a VMI asks for.
 pub fn check_words(vmi: &VirtualMachineInstance) -> Vec<String> {
     vmi.metadata
@@ -56,6 +59,9 @@ pub fn boot(
         .iter()
         .map(|nic| GuestNic::virtio(&nic.tap, &nic.mac))
         .collect();
+    // Free PCIe root ports for NIC hot-plug (KubeVirt keeps 4 − interfaces placeholders; at
+    // least one here so a VM with many NICs can still take one more).
+    spec.hotplug_slots = HOTPLUG_SLOTS.saturating_sub(nics.len() as u8).max(1);
     let domain_xml = crate::local::domain::render(vmi, nics, &spec);
     std::fs::write(dir.join("domain.xml"), domain_xml)?;
     let netns_name = Path::new(&netns.label().to_string())

@@ -25,8 +25,8 @@ pub struct LauncherState {
     pub netns_path: String,
     /// Applied plans, in interface order.
     pub plans: Vec<WiringPlan>,
-    /// DHCP servers (stopped on drop).
-    pub dhcp: Vec<weft_dhcp::ServerHandle>,
+    /// DHCP servers by interface name (stopped on drop).
+    pub dhcp: std::collections::BTreeMap<String, weft_dhcp::ServerHandle>,
     /// The guest, when one runs.
     pub guest: Option<weft_guest::RunningGuest>,
     /// Domain interfaces (network name, MAC, tap).
@@ -74,6 +74,109 @@ pub fn dhcp_config(
     Some(config)
 }
 
+/// Wire one VMI interface (at `index` in the VMI's interface list) in the pod netns and serve
+/// its lease; the plan is recorded in `state` (for teardown) even when DHCP does not start.
+fn wire_interface(
+    state: &mut LauncherState,
+    netns: &weft_host::Netns,
+    vmi: &VirtualMachineInstance,
+    index: usize,
+    statuses: &[weft_netconf::NetworkStatus],
+) -> anyhow::Result<DomainNic> {
+    let interface = &vmi.spec.interfaces()[index];
+    let network = vmi
+        .spec
+        .networks
+        .iter()
+        .find(|n| n.name == interface.name)
+        .context("interface without network")?;
+    let binding = match interface.binding_kind() {
+        weft_vm::api::BindingKind::Masquerade => Binding::Masquerade(NatOptions {
+            ports: interface
+                .ports
+                .iter()
+                .filter_map(|p| {
+                    Some(weft_launcher::nft::ForwardedPort {
+                        protocol: p.protocol.to_lowercase(),
+                        port: u16::try_from(p.port).ok()?,
+                    })
+                })
+                .collect(),
+            istio: vmi
+                .metadata
+                .annotation("sidecar.istio.io/inject")
+                .is_some_and(|v| v.eq_ignore_ascii_case("true")),
+            ..NatOptions::default()
+        }),
+        weft_vm::api::BindingKind::Bridge => Binding::Bridge,
+        other => anyhow::bail!(
+            "interface {}: binding {other:?} is not supported by the local launcher",
+            interface.name
+        ),
+    };
+    let names = weft_vm::pod_interface_names(&vmi.spec.networks, statuses);
+    let pod_iface = names
+        .get(&interface.name)
+        .cloned()
+        .with_context(|| format!("no pod interface for network {}", interface.name))?;
+    let mut backend =
+        weft_launcher::exec::NetlinkBackend::open(&state.netns_path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let pod_link = backend
+        .discover(&pod_iface)
+        .map_err(|e| anyhow::anyhow!("discover {pod_iface}: {e}"))?
+        .with_context(|| format!("pod link ({pod_iface}) is missing"))?;
+    let guest_mac = Some(interface.mac_address.as_str())
+        .filter(|m| !m.is_empty())
+        .map(str::parse)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("interface {}: macAddress: {e:?}", interface.name))?;
+    let request = WiringRequest {
+        binding,
+        pod_iface: pod_iface.clone(),
+        primary: network.is_primary(),
+        interface_index: index,
+        pod_link,
+        guest_mac,
+        vm_cidrs: VmNetworkCidrs::default(),
+        tap: TapSettings {
+            owner: TapOwner { uid: 0, gid: 0 },
+            queues: 1,
+        },
+    };
+    let plan =
+        weft_launcher::plan_wiring(&request).map_err(|e| anyhow::anyhow!("plan {}: {e}", interface.name))?;
+    exec::apply(&mut backend, &plan).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let nic = DomainNic {
+        name: interface.name.clone(),
+        mac: plan.guest_mac.to_string(),
+        tap: plan.names.tap.clone(),
+        mtu: plan.mtu,
+    };
+    state.pod_ips.insert(
+        interface.name.clone(),
+        plan.pod_ips.iter().map(ToString::to_string).collect(),
+    );
+    let lease = plan.lease.clone();
+    state.plans.push(plan);
+    let default = statuses.iter().find(|s| s.default);
+    let dns: Vec<Ipv4Addr> = default
+        .map(|s| s.dns.nameservers.iter().filter_map(|n| n.parse().ok()).collect())
+        .unwrap_or_default();
+    let search = default.map(|s| s.dns.search.clone()).unwrap_or_default();
+    if let Some(lease) = lease
+        && let Some(config) = dhcp_config(&lease, &vmi.metadata.name, &dns, &search)
+    {
+        let bridge = lease.server_interface.clone();
+        let socket = netns.run_in(move || weft_dhcp::bind_server_socket(&bridge))??;
+        state.dhcp.insert(
+            vmi.spec.interfaces()[index].name.clone(),
+            weft_dhcp::spawn(socket, config)
+                .map_err(|e| anyhow::anyhow!("DHCP on {}: {e}", lease.server_interface))?,
+        );
+    }
+    Ok(nic)
+}
+
 /// Wire every NIC of `vmi` in the sandbox, start DHCP, boot the guest.
 pub async fn start(
     agent: &Arc<Agent>,
@@ -82,104 +185,27 @@ pub async fn start(
     sandbox: &Sandbox,
 ) -> anyhow::Result<LauncherState> {
     let statuses = weft_vm::network_statuses(&pod.metadata.annotations);
-    let names = weft_vm::pod_interface_names(&vmi.spec.networks, &statuses);
     let mut state = LauncherState {
         vmi: vmi.metadata.name.clone(),
         netns_path: sandbox.netns_path(),
         plans: Vec::new(),
-        dhcp: Vec::new(),
+        dhcp: Default::default(),
         guest: None,
         domain: Vec::new(),
         pod_ips: Default::default(),
     };
     let netns = weft_host::Netns::open(sandbox.netns_path())?;
-    let mut backend = weft_launcher::exec::NetlinkBackend::open(sandbox.netns_path())
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let interfaces: Vec<_> = vmi
-        .spec
-        .interfaces()
-        .iter()
-        .enumerate()
-        .filter(|(_, i)| !i.is_absent())
+    let indexes: Vec<usize> = (0..vmi.spec.interfaces().len())
+        .filter(|i| !vmi.spec.interfaces()[*i].is_absent())
         .collect();
-    for (index, interface) in interfaces {
-        let network = vmi
-            .spec
-            .networks
-            .iter()
-            .find(|n| n.name == interface.name)
-            .context("interface without network")?;
-        let binding = match interface.binding_kind() {
-            weft_vm::api::BindingKind::Masquerade => Binding::Masquerade(NatOptions::default()),
-            weft_vm::api::BindingKind::Bridge => Binding::Bridge,
-            other => anyhow::bail!(
-                "interface {}: binding {other:?} is not supported by the local launcher",
-                interface.name
-            ),
-        };
-        let pod_iface = names
-            .get(&interface.name)
-            .cloned()
-            .with_context(|| format!("no pod interface for network {}", interface.name))?;
-        let pod_link = backend
-            .discover(&pod_iface)
-            .map_err(|e| anyhow::anyhow!("discover {pod_iface}: {e}"))?
-            .with_context(|| format!("pod link ({pod_iface}) is missing"))?;
-        let guest_mac = Some(interface.mac_address.as_str())
-            .filter(|m| !m.is_empty())
-            .map(str::parse)
-            .transpose()
-            .map_err(|e| anyhow::anyhow!("interface {}: macAddress: {e:?}", interface.name))?;
-        let request = WiringRequest {
-            binding,
-            pod_iface: pod_iface.clone(),
-            primary: network.is_primary(),
-            interface_index: index,
-            pod_link,
-            guest_mac,
-            vm_cidrs: VmNetworkCidrs::default(),
-            tap: TapSettings {
-                owner: TapOwner { uid: 0, gid: 0 },
-                queues: 1,
-            },
-        };
-        let plan = weft_launcher::plan_wiring(&request)
-            .map_err(|e| anyhow::anyhow!("plan {}: {e}", interface.name))?;
-        if let Err(e) = exec::apply(&mut backend, &plan) {
-            stop(agent, state).await;
-            anyhow::bail!("{e}");
+    for index in indexes {
+        match wire_interface(&mut state, &netns, vmi, index, &statuses) {
+            Ok(nic) => state.domain.push(nic),
+            Err(e) => {
+                stop(agent, state).await;
+                return Err(e);
+            }
         }
-        let dns: Vec<Ipv4Addr> = statuses
-            .iter()
-            .find(|s| s.default)
-            .map(|s| s.dns.nameservers.iter().filter_map(|n| n.parse().ok()).collect())
-            .unwrap_or_default();
-        let search = statuses
-            .iter()
-            .find(|s| s.default)
-            .map(|s| s.dns.search.clone())
-            .unwrap_or_default();
-        if let Some(lease) = &plan.lease
-            && let Some(config) = dhcp_config(lease, &vmi.metadata.name, &dns, &search)
-        {
-            let bridge = lease.server_interface.clone();
-            let socket = netns.run_in(move || weft_dhcp::bind_server_socket(&bridge))??;
-            state.dhcp.push(
-                weft_dhcp::spawn(socket, config)
-                    .map_err(|e| anyhow::anyhow!("DHCP on {}: {e}", lease.server_interface))?,
-            );
-        }
-        state.pod_ips.insert(
-            interface.name.clone(),
-            plan.pod_ips.iter().map(ToString::to_string).collect(),
-        );
-        state.domain.push(DomainNic {
-            name: interface.name.clone(),
-            mac: plan.guest_mac.to_string(),
-            tap: plan.names.tap.clone(),
-            mtu: plan.mtu,
-        });
-        state.plans.push(plan);
     }
     if std::env::var("WEFT_NO_GUESTS").map(|v| v != "1").unwrap_or(true) {
         let dir = crate::local::kubelet::pod_dir(agent, vmi.namespace(), &pod.metadata.name);
@@ -193,6 +219,78 @@ pub async fn start(
     }
     report(agent, vmi.namespace(), &mut state).await?;
     Ok(state)
+}
+
+/// Hot-plug on the launcher side (KubeVirt's `networks_to_hotplug` then the launcher's attach):
+/// wire the pod side of every interface whose pod interface is attached (`multus-status`) but
+/// not wired yet, then attach the NIC to the running guest (QMP `device_add`), after which it
+/// is part of the domain. Unplug (`state: absent`) detaches the NIC and undoes the wiring.
+pub async fn hotplug(
+    agent: &Arc<Agent>,
+    pod: &Pod,
+    vmi: &VirtualMachineInstance,
+    state: &mut LauncherState,
+) -> anyhow::Result<usize> {
+    let statuses = weft_vm::network_statuses(&pod.metadata.annotations);
+    let names = weft_vm::pod_interface_names(&vmi.spec.networks, &statuses);
+    let attached: Vec<&str> = statuses.iter().map(|s| s.interface.as_str()).collect();
+    let wired: Vec<String> = state.plans.iter().map(|p| p.pod_iface.clone()).collect();
+    let netns = weft_host::Netns::open(&state.netns_path)?;
+    let mut changes = 0;
+    for index in 0..vmi.spec.interfaces().len() {
+        let interface = &vmi.spec.interfaces()[index];
+        let Some(pod_iface) = names.get(&interface.name) else {
+            continue;
+        };
+        if interface.is_absent() || !attached.contains(&pod_iface.as_str()) || wired.contains(pod_iface) {
+            continue;
+        }
+        let nic = wire_interface(state, &netns, vmi, index, &statuses)?;
+        if let Some(guest) = state.guest.as_mut() {
+            guest
+                .hotplug_nic(
+                    &weft_guest::GuestNic::virtio(&nic.tap, &nic.mac),
+                    &format!("ua-{}", nic.name),
+                )
+                .map_err(|e| anyhow::anyhow!("attach {} to the guest: {e}", nic.name))?;
+        }
+        state.domain.push(nic);
+        changes += 1;
+    }
+    // Unplug: interfaces now absent that are still in the domain.
+    let absent: Vec<String> = vmi
+        .spec
+        .interfaces()
+        .iter()
+        .filter(|i| i.is_absent())
+        .map(|i| i.name.clone())
+        .collect();
+    for name in absent {
+        let Some(position) = state.domain.iter().position(|nic| nic.name == name) else {
+            continue;
+        };
+        let nic = state.domain.remove(position);
+        if let Some(guest) = state.guest.as_mut() {
+            guest
+                .unplug_nic(&format!("ua-{}", nic.name))
+                .map_err(|e| anyhow::anyhow!("detach {name} from the guest: {e}"))?;
+        }
+        if let Some(plan_index) = state.plans.iter().position(|p| p.names.tap == nic.tap) {
+            let plan = state.plans.remove(plan_index);
+            let mut backend = weft_launcher::exec::NetlinkBackend::open(&state.netns_path)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            exec::teardown(&mut backend, &plan).map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        if let Some(server) = state.dhcp.remove(&name) {
+            let _ = server.stop();
+        }
+        state.pod_ips.remove(&name);
+        changes += 1;
+    }
+    if changes > 0 {
+        report(agent, vmi.namespace(), state).await?;
+    }
+    Ok(changes)
 }
 
 /// VMI annotation where the launcher reports the guest's own checks (`weft.dev/guest-checks`).
@@ -302,7 +400,7 @@ pub async fn stop(_agent: &Arc<Agent>, state: LauncherState) {
     if let Some(guest) = state.guest {
         let _ = guest.stop();
     }
-    for server in state.dhcp {
+    for server in state.dhcp.into_values() {
         let _ = server.stop();
     }
     let Ok(mut backend) = weft_launcher::exec::NetlinkBackend::open(&state.netns_path) else {

@@ -1,0 +1,166 @@
+//! Hot-plug and hot-unplug of a secondary network on a running VM in the local cluster: the VM
+//! template change reaches the VMI, the launcher pod's networks annotation, the pod's
+//! interfaces (the agent's dynamic-networks role through weft-meta), network-status and the
+//! VMI's status.interfaces, the guest (the NIC is attached to the running QEMU and leased by
+//! the guest's DHCP client) — and back out with `state: absent`.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn json(state: &Path, args: &[&str]) -> serde_json::Value {
+    serde_json::from_slice(&weft(state, args).stdout).unwrap_or_default()
+}
+
+fn wait<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn launcher_pod(state: &Path) -> Option<serde_json::Value> {
+    json(state, &["get", "pods", "-o", "json"])["items"]
+        .as_array()?
+        .first()
+        .cloned()
+}
+
+fn statuses(pod: &serde_json::Value) -> Vec<serde_json::Value> {
+    let raw = pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"]
+        .as_str()
+        .unwrap_or("[]");
+    serde_json::from_str(raw).unwrap_or_default()
+}
+
+fn run(state: &Path) {
+    let up = weft(state, &["up", "--timeout", "120"]);
+    assert!(up.status.success(), "{}", text(&up));
+    let vm = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/vm.yaml")).unwrap();
+    let plugged = vm
+        .replace(
+            "              macAddress: \"02:00:00:0a:00:01\"\n",
+            "              macAddress: \"02:00:00:0a:00:01\"\n            - name: storage\n              bridge: {}\n",
+        )
+        .replace(
+            "            networkName: data\n",
+            "            networkName: data\n        - name: storage\n          multus:\n            networkName: data\n",
+        );
+    assert_ne!(plugged, vm, "the example changed: update this test");
+    let file = state.join("vm-plugged.yaml");
+    std::fs::write(&file, &plugged).unwrap();
+    assert!(
+        weft(state, &["apply", "-f", file.to_str().unwrap()])
+            .status
+            .success()
+    );
+
+    // The VMI gets the interface; the pod gets it under its hashed name; status follows.
+    let storage_iface = wait("storage attached to the pod", || {
+        let pod = launcher_pod(state)?;
+        statuses(&pod)
+            .iter()
+            .find(|s| s["name"] == "default/data" && s["interface"] != "pod3a6eb0790f3")
+            .map(|s| s["interface"].as_str().unwrap_or("").to_string())
+    });
+    assert!(
+        storage_iface.starts_with("pod") && storage_iface.len() == 14,
+        "{storage_iface}"
+    );
+    let vmi_status = wait("storage in the VMI status", || {
+        let vmi = json(state, &["get", "vmi", "vm1", "-o", "json"]);
+        vmi["status"]["interfaces"]
+            .as_array()?
+            .iter()
+            .find(|i| i["name"] == "storage")
+            .cloned()
+    });
+    assert_eq!(vmi_status["podInterfaceName"], storage_iface.as_str());
+    assert!(
+        vmi_status["infoSource"]
+            .as_str()
+            .unwrap_or("")
+            .contains("multus-status"),
+        "{vmi_status}"
+    );
+    // The NIC reaches the running guest, which leases the pod's address on it.
+    let leased = wait("storage leased inside the guest", || {
+        let vmi = json(state, &["get", "vmi", "vm1", "-o", "json"]);
+        let nic = vmi["status"]["interfaces"]
+            .as_array()?
+            .iter()
+            .find(|i| i["name"] == "storage")?
+            .clone();
+        let sources = nic["infoSource"].as_str().unwrap_or("");
+        (sources.contains("domain")
+            && sources.contains("guest-agent")
+            && nic["ipAddress"]
+                .as_str()
+                .is_some_and(|ip| ip.starts_with("192.168.100.")))
+        .then_some(nic)
+    });
+    assert!(
+        !leased["interfaceName"].as_str().unwrap_or("").is_empty(),
+        "{leased}"
+    );
+    let pod_name = launcher_pod(state).unwrap()["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let networks = json(state, &["get", "pod", &pod_name, "-o", "json"])["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(
+        networks.contains(&storage_iface),
+        "networks annotation names the new interface: {networks}"
+    );
+
+    // Unplug: state absent → the pod interface goes, the status entry goes, the VMI forgets it.
+    let unplugged = plugged.replace(
+        "            - name: storage\n              bridge: {}\n",
+        "            - name: storage\n              bridge: {}\n              state: absent\n",
+    );
+    std::fs::write(&file, &unplugged).unwrap();
+    assert!(
+        weft(state, &["apply", "-f", file.to_str().unwrap()])
+            .status
+            .success()
+    );
+    wait("storage detached from the pod", || {
+        let pod = launcher_pod(state)?;
+        (!statuses(&pod)
+            .iter()
+            .any(|s| s["interface"] == storage_iface.as_str()))
+        .then_some(())
+    });
+    wait("storage gone from the VMI", || {
+        let vmi = json(state, &["get", "vmi", "vm1", "-o", "json"]);
+        let interfaces = vmi["spec"]["domain"]["devices"]["interfaces"].as_array()?.clone();
+        (!interfaces.iter().any(|i| i["name"] == "storage")).then_some(())
+    });
+}
+
+#[test]
+fn exclusive_hotplug_and_unplug_a_secondary_network_on_a_running_vm() {
+    if !root_or_skip("exclusive_hotplug_and_unplug_a_secondary_network_on_a_running_vm") {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let outcome = std::panic::catch_unwind(|| run(state.path()));
+    let log = std::fs::read_to_string(state.path().join("nodes/node1/agent.log")).unwrap_or_default();
+    let controller = std::fs::read_to_string(state.path().join("controller.log")).unwrap_or_default();
+    let down = weft(state.path(), &["down"]);
+    if let Err(panic) = outcome {
+        eprintln!("agent log:\n{log}\ncontroller log:\n{controller}");
+        std::panic::resume_unwind(panic);
+    }
+    assert!(down.status.success(), "{}", text(&down));
+}
