@@ -1,6 +1,7 @@
-//! `weft-ipam`: the IPAM plugin. Opens the embedded store named by the config (`ipam.stateDir`,
-//! else `$WEFT_STATE_DIR`, else /var/lib/weft) and lets `weft_ipam` allocate, release, check,
-//! report status and collect garbage.
+//! `weft-ipam`: the IPAM plugin. Opens the cluster store — the Kubernetes API when the config
+//! names a kubeconfig (`ipam.kubernetes.kubeconfig`, whereabouts' key), else the embedded store
+//! (`ipam.stateDir`, else `$WEFT_STATE_DIR`, else /var/lib/weft) — and lets `weft_ipam`
+//! allocate, release, check, report status and collect garbage.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -52,14 +53,35 @@ fn block_on<T>(future: impl std::future::Future<Output = T>) -> Result<T, CniErr
     Ok(runtime.block_on(future))
 }
 
+fn kubeconfig(request: &PluginRequest) -> Option<PathBuf> {
+    let ipam = request.config.ipam()?;
+    ipam.get("kubernetes")?
+        .get("kubeconfig")?
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from)
+}
+
 impl IpamPlugin {
     fn call(&self, request: &PluginRequest) -> Result<Option<CniResult>, CniError> {
-        let store = open_store(request)?;
         let node = std::env::var("WEFT_NODE_NAME").unwrap_or_default();
-        block_on(weft_ipam::plugin::handle(
-            weft_ipam::IpamRequest::from_plugin_request(request, node),
-            store,
-        ))?
+        let ipam_request = weft_ipam::IpamRequest::from_plugin_request(request, node);
+        match kubeconfig(request) {
+            Some(path) => block_on(async move {
+                let store = weft_store::KubeStore::from_kubeconfig(&path).await.map_err(|e| {
+                    CniError::new(
+                        codes::TRY_AGAIN_LATER,
+                        format!("weft-ipam: kubeconfig {}", path.display()),
+                    )
+                    .with_details(e.to_string())
+                })?;
+                weft_ipam::plugin::handle(ipam_request, Arc::new(store)).await
+            })?,
+            None => {
+                let store = open_store(request)?;
+                block_on(weft_ipam::plugin::handle(ipam_request, store))?
+            }
+        }
     }
 }
 

@@ -1,0 +1,172 @@
+//! weft-ipam on the Kubernetes backend, against a fake API server at the HTTP layer: API
+//! writes per allocation (target 1, 2 with a claim), 409 conflicts between concurrent
+//! allocators resolved without duplicates, claim status written through the status subresource.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use weft_ipam::{IpReservation, IpamClaim, IpamRequest};
+use weft_store::fake_api::FakeApiServer;
+use weft_store::{Api, MemoryStore, Object, Resource, Store};
+
+fn kinds() -> Vec<weft_store::ResourceType> {
+    vec![
+        IpReservation::resource_type(),
+        IpamClaim::resource_type(),
+        weft_store::ResourceType::new("v1", "Pod", "pods", true),
+    ]
+}
+
+fn request(command: &str, container: &str, pod: &str, config: &serde_json::Value) -> IpamRequest {
+    let env = move |key: &str| -> Option<String> {
+        match key {
+            "CNI_COMMAND" => Some(command.to_string()),
+            "CNI_CONTAINERID" => Some(container.to_string()),
+            "CNI_NETNS" => Some("/run/netns/x".into()),
+            "CNI_IFNAME" => Some("net1".into()),
+            "CNI_ARGS" => Some(format!(
+                "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod}"
+            )),
+            "CNI_PATH" => Some("/usr/lib/cni".into()),
+            "WEFT_NODE_NAME" => Some("node1".into()),
+            _ => None,
+        }
+    };
+    IpamRequest::from_lookup(env, config.to_string().as_bytes()).expect("request")
+}
+
+fn config(range: &str, persistent: bool) -> serde_json::Value {
+    serde_json::json!({
+        "cniVersion": "1.0.0", "name": "blue", "type": "bridge", "allowPersistentIPs": persistent,
+        "ipam": {"type": "weft-ipam", "range": range}
+    })
+}
+
+#[tokio::test]
+async fn one_api_write_per_allocation_and_two_with_a_claim() {
+    let fake = FakeApiServer::new(MemoryStore::shared(), kinds());
+    let store: Arc<dyn Store> = Arc::new(fake.kube_store());
+    let conf = config("10.9.0.0/24", false);
+    let mut writes = Vec::new();
+    for i in 0..20 {
+        fake.clear_requests();
+        let result = weft_ipam::handle(
+            request("ADD", &format!("c{i}"), &format!("p{i}"), &conf),
+            store.clone(),
+        )
+        .await
+        .expect("ADD")
+        .expect("result");
+        assert_eq!(result.ips.len(), 1);
+        writes.push(fake.writes());
+    }
+    assert!(
+        writes.iter().all(|w| *w == 1),
+        "API writes per allocation: {writes:?}\n{:?}",
+        fake.requests()
+    );
+
+    // With a claim: the reservation plus the claim's status.
+    let pod: Object = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "virt-launcher-vm1-abcde", "namespace": "default", "annotations": {
+            "k8s.v1.cni.cncf.io/networks": "[{\"name\":\"blue\",\"namespace\":\"default\",\"interface\":\"net1\",\"ipam-claim-reference\":\"vm1.blue\"}]"
+        }}
+    }))
+    .unwrap();
+    store.create(&kinds()[2], pod).await.unwrap();
+    let mut claim = IpamClaim::default();
+    claim.metadata = weft_store::ObjectMeta::named(Some("default"), "vm1.blue");
+    claim.spec.network = "blue".into();
+    claim.spec.interface = "net1".into();
+    Api::<IpamClaim>::namespaced(store.clone(), "default")
+        .create(&claim)
+        .await
+        .unwrap();
+    let persistent = config("10.9.0.0/24", true);
+    fake.clear_requests();
+    let first = weft_ipam::handle(
+        request("ADD", "launcher-1", "virt-launcher-vm1-abcde", &persistent),
+        store.clone(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        fake.writes(),
+        2,
+        "reservation + claim status: {:?}",
+        fake.requests()
+    );
+    assert!(
+        fake.requests().iter().any(|r| r.contains("/status")),
+        "claim status via the subresource: {:?}",
+        fake.requests()
+    );
+    let claim = Api::<IpamClaim>::namespaced(store.clone(), "default")
+        .get_required("vm1.blue")
+        .await
+        .unwrap();
+    let claimed = serde_json::to_value(&claim).unwrap();
+    assert_eq!(
+        claimed["status"]["ips"][0],
+        first.ips[0].address.to_string(),
+        "{claimed}"
+    );
+
+    // A second launcher pod (migration target, or a restart) gets the same address.
+    fake.clear_requests();
+    let second = weft_ipam::handle(
+        request("ADD", "launcher-2", "virt-launcher-vm1-abcde", &persistent),
+        store.clone(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        second.ips[0].address, first.ips[0].address,
+        "the claim's address, two owners"
+    );
+    assert!(
+        fake.writes() <= 1,
+        "reusing a claim costs at most its status write: {:?}",
+        fake.requests()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_allocators_conflict_and_never_duplicate() {
+    let fake = FakeApiServer::new(MemoryStore::shared(), kinds());
+    let store: Arc<dyn Store> = Arc::new(fake.kube_store());
+    let conf = config("10.10.0.0/28", false);
+    let tasks: Vec<_> = (0..14)
+        .map(|i| {
+            let store = store.clone();
+            let conf = conf.clone();
+            tokio::spawn(async move {
+                let c = format!("c{i}");
+                weft_ipam::handle(request("ADD", &c, &c, &conf), store).await
+            })
+        })
+        .collect();
+    let mut addresses = BTreeSet::new();
+    let mut ok = 0;
+    for task in tasks {
+        if let Ok(Some(result)) = task.await.unwrap() {
+            ok += 1;
+            assert!(
+                addresses.insert(result.ips[0].address),
+                "duplicate {}",
+                result.ips[0].address
+            );
+        }
+    }
+    assert_eq!(ok, 14, "a /28 has 14 usable addresses: every allocator gets one");
+    // Every create beyond the 14 that won was answered 409 (taken) and retried elsewhere.
+    let creates = fake.requests().iter().filter(|r| r.starts_with("POST ")).count();
+    assert!(creates >= 14, "{creates}");
+    eprintln!(
+        "creates: {creates} for 14 allocations ({} lost a race with 409 and retried)",
+        creates - 14
+    );
+}
