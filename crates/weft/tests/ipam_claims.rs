@@ -1,5 +1,6 @@
 //! Persistent VM addresses on the local cluster (IPAMClaim): a VM keeps its secondary IP across
-//! stop/start and a move to another node; deleting the VM frees it. No guests are booted: the
+//! stop/start, a move to another node and a migration (two owners during the handover);
+//! deleting the VM frees it. No guests are booted: the
 //! addresses are the pod's, allocated by weft-ipam through the meta-plugin.
 
 mod common;
@@ -103,6 +104,47 @@ fn run(state: &Path) {
         (ip.as_str(), "node2"),
         "a node move keeps the IP"
     );
+
+    // Migration back to node1: a target pod starts while the source runs, both hold the
+    // claimed address (two owners), then the source goes and the VMI moves.
+    assert!(weft(state, &["migrate", "vm1", "--to", "node1"]).status.success());
+    let owners = wait("two launcher pods holding the address", || {
+        let pods = json(state, &["get", "pods", "-o", "json"])["items"]
+            .as_array()?
+            .clone();
+        let holders: Vec<String> = pods
+            .iter()
+            .filter(|p| {
+                let raw = p["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"]
+                    .as_str()
+                    .unwrap_or("[]");
+                let statuses: Vec<serde_json::Value> = serde_json::from_str(raw).unwrap_or_default();
+                statuses.iter().any(|s| {
+                    s["ips"]
+                        .as_array()
+                        .is_some_and(|ips| ips.iter().any(|i| i == ip.as_str()))
+                })
+            })
+            .filter_map(|p| p["spec"]["nodeName"].as_str().map(String::from))
+            .collect();
+        (holders.len() == 2).then_some(holders)
+    });
+    assert!(
+        owners.contains(&"node1".to_string()) && owners.contains(&"node2".to_string()),
+        "{owners:?}"
+    );
+    let (migrated_ip, migrated_node) = wait("vm1 migrated to node1", || {
+        let pods = json(state, &["get", "pods", "-o", "json"])["items"]
+            .as_array()?
+            .len();
+        data_ip(state).filter(|(_, n)| n == "node1" && pods == 1)
+    });
+    assert_eq!(
+        (migrated_ip.as_str(), migrated_node.as_str()),
+        (ip.as_str(), "node1"),
+        "migration keeps the IP"
+    );
+    assert_eq!(claim_ips(state), vec![format!("{ip}/24")]);
 
     // Deleting the VM deletes its claim and frees the address.
     assert!(weft(state, &["delete", "vm", "vm1"]).status.success());

@@ -282,3 +282,22 @@ pub async fn ipam_list(state: &Path, network: Option<&str>) -> anyhow::Result<i3
     print!("{}", render_table(&header, &rows));
     Ok(0)
 }
+
+pub async fn migrate(state: &Path, name: &str, to: Option<&str>, namespace: &str) -> anyhow::Result<i32> {
+    let store = cluster::open_store(state).await?;
+    let api = weft_store::Api::<weft_vm::VirtualMachineInstance>::namespaced(store, namespace);
+    api.modify(name, |vmi| {
+        vmi.metadata.annotations.insert(
+            crate::controller::migration::MIGRATE_TO_ANNOTATION.into(),
+            to.unwrap_or("").into(),
+        );
+        true
+    })
+    .await
+    .with_context(|| format!("VirtualMachineInstance {namespace}/{name}"))?;
+    println!(
+        "VirtualMachineInstance {namespace}/{name} migrating{}",
+        to.map(|n| format!(" to {n}")).unwrap_or_default()
+    );
+    Ok(0)
+}

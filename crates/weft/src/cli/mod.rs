@@ -72,6 +72,18 @@ pub enum Command {
         #[arg(short, long, default_value = "default")]
         namespace: String,
     },
+    /// Migrate a running VM to another node (the local cluster starts a target launcher pod,
+    /// hands over, and removes the source; claimed addresses stay).
+    Migrate {
+        /// VM (VMI) name.
+        name: String,
+        /// Target node (default: any other node).
+        #[arg(long)]
+        to: Option<String>,
+        /// Namespace.
+        #[arg(short, long, default_value = "default")]
+        namespace: String,
+    },
     /// VM network decisions.
     #[command(subcommand)]
     Vm(VmCommand),
@@ -182,6 +194,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         } => inspect::delete(&state, &kind, &name, &namespace).await,
         Command::Start { name, namespace } => inspect::set_running(&state, &name, &namespace, true).await,
         Command::Stop { name, namespace } => inspect::set_running(&state, &name, &namespace, false).await,
+        Command::Migrate { name, to, namespace } => {
+            inspect::migrate(&state, &name, to.as_deref(), &namespace).await
+        }
         Command::Vm(VmCommand::Render { file }) => inspect::vm_render(&file),
         Command::Net(NetCommand::Parse {
             namespace,

@@ -2,6 +2,7 @@
 //! and VMI status from the pod. Level-triggered: each pass reads the store and converges.
 
 pub mod launcher_pod;
+pub mod migration;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -323,13 +324,16 @@ async fn reconcile_vmi(
     let uid = vmi.metadata.uid.clone().unwrap_or_default();
     let api = Api::<VirtualMachineInstance>::namespaced(store.clone(), &ns);
     let config = weft_vm::ClusterConfig::default();
-    let pod = pods
+    let own: Vec<&Pod> = pods
         .iter()
-        .find(|p| p.metadata.label(launcher_pod::CREATED_BY_LABEL) == Some(uid.as_str()));
+        .filter(|p| p.metadata.label(launcher_pod::CREATED_BY_LABEL) == Some(uid.as_str()))
+        .collect();
     let phase = vmi.status.as_ref().map(|s| s.phase.clone()).unwrap_or_default();
     if phase == "Failed" || vmi.metadata.deletion_timestamp.is_some() {
         return Ok(());
     }
+    let migrating = phase == "Running" && migration::step(store, vmi, &own).await?;
+    let pod = migration::active_pod(&own);
     let Some(pod) = pod else {
         let mut defaulted = vmi.clone();
         weft_vm::apply_network_defaults(&mut defaulted.spec, &config).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -384,7 +388,7 @@ async fn reconcile_vmi(
                 annotations: &pod.metadata.annotations,
                 ready,
             },
-            false,
+            migrating,
             &config,
             now,
         );
@@ -411,7 +415,7 @@ async fn reconcile_vmi(
             annotations: &pod.metadata.annotations,
             ready,
         },
-        false,
+        migrating,
         &config,
         now,
     );
