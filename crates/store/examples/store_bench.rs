@@ -56,6 +56,37 @@ fn in_process(store: Arc<dyn Store>, threads: usize, ops: usize) -> f64 {
     })
 }
 
+/// Gets of the objects `in_process` created, from `threads` tasks; returns ops/s.
+fn reads(store: Arc<dyn Store>, threads: usize, ops: usize) -> f64 {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(async move {
+        let started = Instant::now();
+        let tasks: Vec<_> = (0..threads)
+            .map(|worker| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    for i in 0..ops {
+                        let name = reservation(worker, i).metadata.name;
+                        store
+                            .get(&reservations(), None, &name)
+                            .await
+                            .expect("get")
+                            .expect("present");
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("worker");
+        }
+        (threads * ops) as f64 / started.elapsed().as_secs_f64()
+    })
+}
+
 /// One child process: open the store and create `ops` objects sequentially.
 fn child(path: &str, worker: usize, ops: usize) {
     let store = SqliteStore::open(path).expect("open store");
@@ -102,16 +133,20 @@ fn main() {
     let (threads, ops, processes) = (number(0, 16), number(1, 1000), number(2, 16));
     let dir = tempfile::tempdir().expect("temporary directory");
 
-    let memory = in_process(MemoryStore::shared(), threads, ops);
     let sqlite_path = dir.path().join("threads.db");
-    let sqlite = in_process(
-        SqliteStore::open(&sqlite_path).expect("open").shared(),
-        threads,
-        ops,
-    );
+    let memory_store = MemoryStore::shared();
+    let memory = in_process(memory_store.clone(), threads, ops);
+    let sqlite_store = SqliteStore::open(&sqlite_path).expect("open").shared();
+    let sqlite = in_process(sqlite_store.clone(), threads, ops);
     println!(
         "creates, {threads} tasks x {ops}: memory {memory:.0}/s, sqlite {sqlite:.0}/s (sqlite/memory {:.3})",
         sqlite / memory
+    );
+    let memory_reads = reads(memory_store, threads, ops);
+    let sqlite_reads = reads(sqlite_store, threads, ops);
+    println!(
+        "gets, {threads} tasks x {ops}: memory {memory_reads:.0}/s, sqlite {sqlite_reads:.0}/s (sqlite/memory {:.3})",
+        sqlite_reads / memory_reads
     );
 
     let mp_path = dir.path().join("processes.db");

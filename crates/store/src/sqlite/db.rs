@@ -3,7 +3,7 @@
 //! thread of [`super::commit`] runs inside its transaction). Nothing here runs on an async worker.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params};
@@ -43,8 +43,9 @@ CREATE TABLE IF NOT EXISTS changes (
 );
 ";
 
-/// Reader connections kept open for reuse; more are opened on demand and closed after use.
-const IDLE_READERS: usize = 8;
+/// Most reader connections of one opened store; further readers wait for one to be free
+/// (opening a connection costs more than waiting for a read to finish).
+const MAX_READERS: usize = 8;
 
 /// Most changes one watch poll reads at once.
 const POLL_BATCH: i64 = 512;
@@ -60,7 +61,15 @@ pub(super) struct Db {
     options: SqliteOptions,
     /// Writers of this process queue here instead of all spinning on SQLITE_BUSY.
     writes: GroupCommit,
-    readers: Mutex<Vec<Connection>>,
+    readers: Mutex<ReaderPool>,
+    reader_returned: Condvar,
+}
+
+/// Idle reader connections, and how many exist in all.
+#[derive(Default)]
+struct ReaderPool {
+    idle: Vec<Connection>,
+    open: usize,
 }
 
 /// Key of an object row; cluster-scoped objects use the empty namespace.
@@ -179,7 +188,8 @@ impl Db {
             path: path.to_path_buf(),
             options,
             writes,
-            readers: Mutex::new(Vec::new()),
+            readers: Mutex::default(),
+            reader_returned: Condvar::new(),
         })
     }
 
@@ -194,24 +204,49 @@ impl Db {
 
     /// Run `read` in a read transaction (one consistent snapshot) on a pooled connection.
     fn read<R>(&self, read: impl FnOnce(&Transaction<'_>) -> Result<R, StoreError>) -> Result<R, StoreError> {
-        let pooled = self.readers.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let mut conn = match pooled {
-            Some(conn) => conn,
-            None => open_connection(&self.path, &self.options)?,
-        };
-        let result = (|| {
+        self.with_reader(|conn| {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Deferred)
                 .map_err(backend("begin read"))?;
             let out = read(&tx)?;
             tx.finish().map_err(backend("end read"))?;
             Ok(out)
-        })();
-        let mut readers = self.readers.lock().unwrap_or_else(|e| e.into_inner());
-        if readers.len() < IDLE_READERS {
-            readers.push(conn);
-        }
+        })
+    }
+
+    /// Run `read` on a pooled connection, lending it out and taking it back.
+    fn with_reader<R>(
+        &self,
+        read: impl FnOnce(&mut Connection) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        let mut conn = self.take_reader()?;
+        let result = read(&mut conn);
+        self.readers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .idle
+            .push(conn);
+        self.reader_returned.notify_one();
         result
+    }
+
+    /// An idle reader, a new one while fewer than [`MAX_READERS`] exist, or the next one returned.
+    fn take_reader(&self) -> Result<Connection, StoreError> {
+        let mut pool = self.readers.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(conn) = pool.idle.pop() {
+                return Ok(conn);
+            }
+            if pool.open < MAX_READERS {
+                pool.open += 1;
+                drop(pool);
+                return open_connection(&self.path, &self.options).inspect_err(|_| {
+                    self.readers.lock().unwrap_or_else(|e| e.into_inner()).open -= 1;
+                    self.reader_returned.notify_one();
+                });
+            }
+            pool = self.reader_returned.wait(pool).unwrap_or_else(|e| e.into_inner());
+        }
     }
 
     /// Run one write through the group commit.
@@ -229,7 +264,8 @@ impl Db {
         name: &str,
     ) -> Result<Option<Object>, StoreError> {
         let key = RowKey::new(ty, namespace, name);
-        self.read(|tx| fetch(tx, &key))
+        // One statement is its own snapshot: no explicit transaction needed.
+        self.with_reader(|conn| fetch(conn, &key))
     }
 
     pub(super) fn list(
@@ -455,7 +491,7 @@ pub(super) fn revision(tx: &Transaction<'_>) -> Result<u64, StoreError> {
         .map_err(backend("read revision"))
 }
 
-fn fetch(tx: &Transaction<'_>, key: &RowKey<'_>) -> Result<Option<Object>, StoreError> {
+fn fetch(tx: &Connection, key: &RowKey<'_>) -> Result<Option<Object>, StoreError> {
     let body: Option<String> = tx
         .prepare_cached(
             "SELECT body FROM objects WHERE api_version = ?1 AND kind = ?2 AND namespace = ?3 AND name = ?4",
