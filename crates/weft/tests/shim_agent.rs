@@ -125,6 +125,14 @@ impl Node {
         if let (Some(conf), Some(extra)) = (conf.as_object_mut(), meta.as_object()) {
             conf.extend(extra.clone());
         }
+        // The conflist a runtime reads (the agent's dynamic-networks role uses it too).
+        let mut plugin = conf.clone();
+        if let Some(map) = plugin.as_object_mut() {
+            map.remove("name");
+            map.remove("cniVersion");
+        }
+        let conflist = serde_json::json!({"cniVersion": "1.0.0", "name": "weft", "plugins": [plugin]});
+        std::fs::write(conf_dir.join("00-weft.conflist"), conflist.to_string()).unwrap();
         Self {
             dir,
             bin,
@@ -313,4 +321,80 @@ spec:
         text(&del),
         node.log()
     );
+}
+
+#[test]
+fn shim_agent_hotplug_follows_the_networks_annotation() {
+    if !root_or_skip("shim_agent_hotplug_follows_the_networks_annotation") {
+        return;
+    }
+    let green = r#"
+---
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata: {name: green, namespace: default}
+spec:
+  config: '{"cniVersion":"1.0.0","type":"bridge","bridge":"br-green","ipam":{"type":"static","addresses":[{"address":"192.168.79.5/24"}]}}'
+"#;
+    let manifests = BLUE_NAD.replace("NS", "default") + green + &pod_manifest("default", "web", "blue@blue0");
+    let node = Node::start("hp", &manifests, serde_json::json!({}));
+    let pod = Netns::new("hp-pod");
+    let add = node.shim("ADD", &pod, "default", "web");
+    assert!(add.status.success(), "ADD failed: {}\n{}", text(&add), node.log());
+    let wait_links = |want: &[&str]| {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let mut links = pod.links();
+            links.sort();
+            let mut want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+            want.sort();
+            if links == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "links {links:?}, want {want:?}\n{}",
+                node.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // Hot-plug: the annotation gains green → green0 appears, network-status lists it.
+    let file = node.state().join("pod2.yaml");
+    std::fs::write(&file, pod_manifest("default", "web", "blue@blue0,green@green0")).unwrap();
+    assert!(
+        weft(node.state(), &["apply", "-f", file.to_str().unwrap()])
+            .status
+            .success()
+    );
+    wait_links(&["lo", "eth0", "blue0", "green0"]);
+    let status = weft(node.state(), &["net", "status", "web"]);
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert!(
+        status
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["interface"] == "green0" && s["ips"][0] == "192.168.79.5"),
+        "{status}"
+    );
+    // Hot-unplug: blue leaves the annotation → blue0 goes, its address is released.
+    std::fs::write(&file, pod_manifest("default", "web", "green@green0")).unwrap();
+    assert!(
+        weft(node.state(), &["apply", "-f", file.to_str().unwrap()])
+            .status
+            .success()
+    );
+    wait_links(&["lo", "eth0", "green0"]);
+    let list = weft(node.state(), &["ipam", "list"]);
+    assert!(
+        !String::from_utf8_lossy(&list.stdout).contains("192.168.77."),
+        "blue's address released:\n{}\n{}",
+        text(&list),
+        node.log()
+    );
+    // DEL removes what is attached now, hot-plugged attachments included.
+    let del = node.shim("DEL", &pod, "default", "web");
+    assert!(del.status.success(), "DEL failed: {}\n{}", text(&del), node.log());
+    assert_eq!(pod.links(), vec!["lo".to_string()]);
 }

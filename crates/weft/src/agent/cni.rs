@@ -381,14 +381,19 @@ async fn status(agent: &Agent, config: &MetaConfig) -> Result<(), CniError> {
         })
 }
 
-async fn gc(agent: &Agent) -> Result<(), CniError> {
-    let records: Vec<CacheRecord> = read_files(&agent.args.cache_dir)
+/// Every readable cache record of this node (one per attached sandbox).
+pub fn cached_records(agent: &Agent) -> Vec<CacheRecord> {
+    read_files(&agent.args.cache_dir)
         .into_iter()
         .filter_map(|(name, bytes)| {
             let container = name.strip_suffix(".json")?;
             CacheRecord::decode(&bytes, container).ok()
         })
-        .collect();
+        .collect()
+}
+
+async fn gc(agent: &Agent) -> Result<(), CniError> {
+    let records = cached_records(agent);
     let targets = weft_meta::cache::gc_targets(&records);
     execute(agent, move |executor| executor.gc(&targets))
         .await?

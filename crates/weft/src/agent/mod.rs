@@ -3,6 +3,7 @@
 
 mod autoconf;
 mod cni;
+mod dynamic;
 mod metrics;
 mod routes;
 mod server;
@@ -15,7 +16,6 @@ use clap::Args;
 use weft_cni::CniError;
 use weft_store::Store;
 
-pub use cni::reconcile_pod_networks;
 pub use metrics::Metrics;
 
 use crate::protocol::CniRequest;
@@ -114,6 +114,7 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
         ready: AtomicBool::new(true),
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(dynamic::run(agent.clone(), stop_rx.clone()));
     if let Some(dir) = args.auto_config.clone() {
         tokio::spawn(autoconf::keep_generated(
             args.conf_dir.clone(),

@@ -77,6 +77,22 @@ pub async fn apply_objects(store: &dyn Store, objects: Vec<Object>) -> anyhow::R
             Some(current) => {
                 object.metadata.resource_version = current.metadata.resource_version.clone();
                 object.metadata.uid = current.metadata.uid.clone();
+                // Annotations and labels others wrote (network-status, sandbox ids...) stay, as
+                // with kubectl apply; the manifest's own keys win.
+                for (key, value) in &current.metadata.annotations {
+                    object
+                        .metadata
+                        .annotations
+                        .entry(key.clone())
+                        .or_insert_with(|| value.clone());
+                }
+                for (key, value) in &current.metadata.labels {
+                    object
+                        .metadata
+                        .labels
+                        .entry(key.clone())
+                        .or_insert_with(|| value.clone());
+                }
                 store
                     .update(&ty, object)
                     .await

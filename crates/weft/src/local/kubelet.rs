@@ -167,51 +167,22 @@ async fn set_pod_phase(agent: &Arc<Agent>, pod: &Pod, phase: &str, message: &str
     }
 }
 
-/// The meta-plugin config a runtime passes for this node's conflist (its plugin, with the
-/// list's name and cniVersion), as the dynamic-networks role needs it.
-fn runtime_config_bytes(agent: &Agent) -> anyhow::Result<Vec<u8>> {
-    let path = agent.args.conf_dir.join("00-weft.conflist");
-    let list: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)?;
-    let mut plugin = list["plugins"][0].clone();
-    if let Some(map) = plugin.as_object_mut() {
-        map.insert("name".into(), list["name"].clone());
-        map.insert("cniVersion".into(), list["cniVersion"].clone());
-    }
-    Ok(serde_json::to_vec(&plugin)?)
-}
-
-/// Follow the pod's networks annotation (hot-plug/unplug of pod interfaces), then, for a
-/// launcher pod, wire the guest side of newly attached interfaces.
+/// For a launcher pod, wire (and attach to the guest) the interfaces the agent's
+/// dynamic-networks role hot-plugged, and undo the unplugged ones.
 async fn hotplug(agent: &Arc<Agent>, run: &mut RunningPod) -> anyhow::Result<()> {
+    let Some(state) = run.launcher.as_mut() else {
+        return Ok(());
+    };
     let Some(pod) = Api::<Pod>::namespaced(agent.store.clone(), &run.namespace)
         .get(&run.name)
         .await?
     else {
         return Ok(());
     };
-    let config = runtime_config_bytes(agent)?;
-    let changes = crate::agent::reconcile_pod_networks(
-        agent,
-        &config,
-        &run.sandbox.id,
-        &run.sandbox.netns_path(),
-        &pod,
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    if let Some(state) = run.launcher.as_mut() {
-        let pod = if changes > 0 {
-            Api::<Pod>::namespaced(agent.store.clone(), &run.namespace)
-                .get_required(&run.name)
-                .await?
-        } else {
-            pod
-        };
-        let vmi = Api::<VirtualMachineInstance>::namespaced(agent.store.clone(), &run.namespace)
-            .get_required(&state.vmi)
-            .await?;
-        launcher::hotplug(agent, &pod, &vmi, state).await?;
-    }
+    let vmi = Api::<VirtualMachineInstance>::namespaced(agent.store.clone(), &run.namespace)
+        .get_required(&state.vmi)
+        .await?;
+    launcher::hotplug(agent, &pod, &vmi, state).await?;
     Ok(())
 }
 
