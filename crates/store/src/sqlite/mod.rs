@@ -47,6 +47,11 @@ impl Default for SqliteOptions {
 }
 
 /// The SQLite-backed [`Store`]. Cloning shares the same connections.
+///
+/// Files: the database at the given path, SQLite's `<path>-wal` and `<path>-shm`, and
+/// `<path>-writer.lock` (the writers' turn). Each opened store runs one writer thread; reads and
+/// watches run on Tokio's blocking pool, so the store is used from within a Tokio runtime (a
+/// `current_thread` one is enough). A write whose caller stops waiting still completes.
 #[derive(Clone)]
 pub struct SqliteStore {
     db: Arc<Db>,
