@@ -116,7 +116,7 @@ pub fn validate_manifests(objects: &[Object]) -> anyhow::Result<()> {
                 let (ns, name) = split_nad(&multus.network_name, &namespace);
                 if !nads.contains(&(ns.clone(), name.clone())) {
                     anyhow::bail!(
-                        "{label}: spec.networks[{index}].multus.networkName: NetworkAttachmentDefinition {ns}/{name} does not exist"
+                        "{label}: {root}.networks[{index}].multus.networkName: NetworkAttachmentDefinition {ns}/{name} does not exist"
                     );
                 }
             }
