@@ -58,8 +58,10 @@ pub async fn ensure_for_vm(store: &Arc<dyn Store>, vm: &VirtualMachine) -> anyho
         if api.get(&name).await?.is_some() {
             continue;
         }
-        let mut claim = IpamClaim::default();
-        claim.metadata = ObjectMeta::named(Some(&ns), &name);
+        let mut claim = IpamClaim {
+            metadata: ObjectMeta::named(Some(&ns), &name),
+            ..Default::default()
+        };
         claim
             .metadata
             .labels

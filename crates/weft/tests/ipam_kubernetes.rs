@@ -75,8 +75,10 @@ async fn one_api_write_per_allocation_and_two_with_a_claim() {
     }))
     .unwrap();
     store.create(&kinds()[2], pod).await.unwrap();
-    let mut claim = IpamClaim::default();
-    claim.metadata = weft_store::ObjectMeta::named(Some("default"), "vm1.blue");
+    let mut claim = IpamClaim {
+        metadata: weft_store::ObjectMeta::named(Some("default"), "vm1.blue"),
+        ..Default::default()
+    };
     claim.spec.network = "blue".into();
     claim.spec.interface = "net1".into();
     Api::<IpamClaim>::namespaced(store.clone(), "default")

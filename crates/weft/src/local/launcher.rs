@@ -386,7 +386,6 @@ pub fn domain_report(
                     weft_vm::status::PodInterfaceCache {
                         pod_ip: ips.first().cloned().unwrap_or_default(),
                         pod_ips: ips.clone(),
-                        ..Default::default()
                     },
                 )
             })

@@ -301,16 +301,16 @@ pub async fn down(state: &Path) -> anyhow::Result<i32> {
     let stopped = processes::stop_all(state, Duration::from_secs(5));
     let mut errors = Vec::new();
     for name in weft_host::Netns::list_named().unwrap_or_default() {
-        if name.starts_with(topology::PREFIX) {
-            if let Err(e) = weft_host::Netns::delete_named(&name) {
-                errors.push(format!("delete netns {name}: {e}"));
-            }
+        if name.starts_with(topology::PREFIX)
+            && let Err(e) = weft_host::Netns::delete_named(&name)
+        {
+            errors.push(format!("delete netns {name}: {e}"));
         }
     }
-    if state.join("cluster.json").exists() || state.join(cluster::STORE_FILE).exists() {
-        if let Err(e) = std::fs::remove_dir_all(state) {
-            errors.push(format!("remove {}: {e}", state.display()));
-        }
+    if (state.join("cluster.json").exists() || state.join(cluster::STORE_FILE).exists())
+        && let Err(e) = std::fs::remove_dir_all(state)
+    {
+        errors.push(format!("remove {}: {e}", state.display()));
     }
     println!("stopped {} processes; local cluster removed", stopped.len());
     if errors.is_empty() {
