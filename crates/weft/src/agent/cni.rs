@@ -35,7 +35,7 @@ pub async fn handle(agent: &Agent, request: CniRequest, single: bool) -> Result<
     if single {
         return Err(CniError::new(
             codes::UNSUPPORTED_FIELD,
-            "hot-plug (/delegate) is not supported yet",
+            "/delegate is not served: edit the pod's k8s.v1.cni.cncf.io/networks annotation, the weft agent hot-plugs and unplugs from it",
         ));
     }
     let request = AttachmentRequest::from_request_env(&env);
