@@ -26,6 +26,9 @@ impl Netns {
                 .unwrap()
                 .success()
         );
+        let _ = Command::new("ip")
+            .args(["netns", "exec", &name, "ip", "link", "set", "lo", "up"])
+            .status();
         Self(name)
     }
     fn exec(&self, args: &[&str]) -> String {
@@ -57,6 +60,7 @@ impl Drop for Netns {
 struct Node {
     dir: tempfile::TempDir,
     bin: PathBuf,
+    node_netns: String,
     conf: serde_json::Value,
     agent: Child,
     _node: Netns,
@@ -109,6 +113,7 @@ impl Node {
             .arg(&bin)
             .arg("--cni-bin-dir")
             .arg("/usr/lib/cni")
+            .args(["--metrics-addr", "127.0.0.1:9102"])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(state.join("agent.log")).unwrap())
             .spawn()
@@ -138,8 +143,28 @@ impl Node {
             bin,
             conf,
             agent,
+            node_netns: node.0.clone(),
             _node: node,
         }
+    }
+
+    /// The agent's Prometheus metrics (TCP, inside the node namespace).
+    fn metrics(&self) -> String {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.node_netns,
+                "busybox",
+                "wget",
+                "-q",
+                "-O",
+                "-",
+                "http://127.0.0.1:9102/metrics",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     fn state(&self) -> &Path {
@@ -171,6 +196,18 @@ impl Node {
             .write_all(self.conf.to_string().as_bytes())
             .unwrap();
         child.wait_with_output().unwrap()
+    }
+}
+
+/// Poll `probe` for up to 15 s.
+fn eventually<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -227,6 +264,18 @@ fn shim_agent_reference_plugins_add_del_del() {
     assert!(
         status[1]["ips"][0].as_str().unwrap().starts_with("192.168.77."),
         "{status}"
+    );
+
+    let metrics = eventually("metrics over TCP", || {
+        Some(node.metrics()).filter(|m| !m.is_empty())
+    });
+    assert!(
+        metrics.contains(r#"weft_agent_cni_requests_total{verb="ADD",result="ok"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("weft_agent_cni_request_duration_seconds_bucket"),
+        "{metrics}"
     );
 
     let del = node.shim("DEL", &pod, "default", "web");
@@ -368,16 +417,15 @@ spec:
             .success()
     );
     wait_links(&["lo", "eth0", "blue0", "green0"]);
-    let status = weft(node.state(), &["net", "status", "web"]);
-    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
-    assert!(
+    eventually("green0 in network-status", || {
+        let status = weft(node.state(), &["net", "status", "web"]);
+        let status: serde_json::Value = serde_json::from_slice(&status.stdout).ok()?;
         status
-            .as_array()
-            .unwrap()
+            .as_array()?
             .iter()
-            .any(|s| s["interface"] == "green0" && s["ips"][0] == "192.168.79.5"),
-        "{status}"
-    );
+            .any(|s| s["interface"] == "green0" && s["ips"][0] == "192.168.79.5")
+            .then_some(())
+    });
     // Hot-unplug: blue leaves the annotation → blue0 goes, its address is released.
     std::fs::write(&file, pod_manifest("default", "web", "green@green0")).unwrap();
     assert!(
@@ -386,13 +434,10 @@ spec:
             .success()
     );
     wait_links(&["lo", "eth0", "green0"]);
-    let list = weft(node.state(), &["ipam", "list"]);
-    assert!(
-        !String::from_utf8_lossy(&list.stdout).contains("192.168.77."),
-        "blue's address released:\n{}\n{}",
-        text(&list),
-        node.log()
-    );
+    eventually("blue's address released", || {
+        let list = weft(node.state(), &["ipam", "list"]);
+        (!String::from_utf8_lossy(&list.stdout).contains("192.168.77.")).then_some(())
+    });
     // DEL removes what is attached now, hot-plugged attachments included.
     let del = node.shim("DEL", &pod, "default", "web");
     assert!(del.status.success(), "DEL failed: {}\n{}", text(&del), node.log());

@@ -372,7 +372,15 @@ fn static_plans(config: &MetaConfig, catalog: &MemoryCatalog) -> Result<Vec<Dele
 
 async fn status(agent: &Agent, config: &MetaConfig) -> Result<(), CniError> {
     let catalog = catalog(agent, config).await?;
-    let plans = static_plans(config, &catalog)?;
+    // Every network this node uses: the configuration's own, and every one attached to a pod.
+    let mut plans = static_plans(config, &catalog)?;
+    for record in cached_records(agent) {
+        for delegate in record.delegates {
+            if !plans.iter().any(|p| p.network_name() == delegate.network_name()) {
+                plans.push(delegate);
+            }
+        }
+    }
     execute(agent, move |executor| executor.status(&plans))
         .await?
         .map_err(|e| {

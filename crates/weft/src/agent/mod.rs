@@ -49,6 +49,10 @@ pub struct AgentArgs {
     /// directory (the primary network), and keep it up to date.
     #[arg(long)]
     pub auto_config: Option<PathBuf>,
+    /// Also serve `/metrics`, `/healthz` and `/readyz` over TCP here (for Prometheus), e.g.
+    /// `0.0.0.0:9102`.
+    #[arg(long)]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// Local-cluster mode: also run pod sandboxes and guests for pods bound to this node.
     #[arg(long)]
     pub local: bool,
@@ -113,6 +117,7 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
         agent: agent.clone(),
         ready: AtomicBool::new(true),
     });
+    let server_state_for_metrics = server_state.clone();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(dynamic::run(agent.clone(), stop_rx.clone()));
     if let Some(dir) = args.auto_config.clone() {
@@ -140,6 +145,15 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
         }
         let _ = stop_tx.send(true);
     };
+    if let Some(addr) = args.metrics_addr {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        tracing::info!(%addr, "metrics listening");
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, server::metrics_router(server_state_for_metrics)).await {
+                tracing::warn!("metrics server: {e}");
+            }
+        });
+    }
     server::serve(&args.socket, server_state, shutdown).await?;
     Ok(0)
 }

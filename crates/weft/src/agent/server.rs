@@ -84,6 +84,15 @@ pub fn router(state: Arc<ServerState>) -> axum::Router {
         .with_state(state)
 }
 
+/// The read-only endpoints for a TCP listener (no CNI verbs over TCP).
+pub fn metrics_router(state: Arc<ServerState>) -> axum::Router {
+    axum::Router::new()
+        .route("/healthz", get(|| async { StatusCode::OK }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
 /// Bind the socket (directory 0700, socket 0600: root only) and serve until `shutdown` resolves.
 pub async fn serve(
     socket: &Path,

@@ -23,6 +23,9 @@ pub struct Cli {
     /// Talk to the Kubernetes API server of the cluster this runs in (service account).
     #[arg(long, global = true)]
     pub in_cluster: bool,
+    /// Write logs to this file (appended) instead of stderr.
+    #[arg(long, global = true, env = "WEFT_LOG_FILE")]
+    pub log_file: Option<PathBuf>,
     /// Log filter (tracing env-filter syntax), e.g. `info`, `weft=debug`.
     #[arg(long, global = true, env = "WEFT_LOG", default_value = "info")]
     pub log: String,
@@ -145,7 +148,7 @@ pub enum NetCommand {
 /// Parse arguments, run, return the exit code.
 pub fn run() -> i32 {
     let cli = Cli::parse();
-    init_logging(&cli.log);
+    init_logging(&cli.log, cli.log_file.as_deref());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -166,13 +169,27 @@ pub fn run() -> i32 {
     }
 }
 
-fn init_logging(filter: &str) {
+fn init_logging(filter: &str, file: Option<&std::path::Path>) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    let opened = file.and_then(|path| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .ok()
+    });
+    let _ = match opened {
+        Some(file) => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(false)
+            .with_writer(std::sync::Mutex::new(file))
+            .try_init(),
+        None => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init(),
+    };
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
