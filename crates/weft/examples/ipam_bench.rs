@@ -222,7 +222,119 @@ fn arg(n: usize, default: usize) -> Result<usize> {
         .unwrap_or(Ok(default))
 }
 
+/// Child mode: one ADD or DEL done the way the plugin does it (request parse, runtime start,
+/// store open, `weft_ipam::handle`), timed step by step; prints the microseconds of each step
+/// and exits without closing the store, as the plugin process does.
+fn profile_one(verb: &str, container: &str, config: &str) -> Result<()> {
+    let t = Instant::now();
+    let env = [
+        ("CNI_COMMAND", verb),
+        ("CNI_CONTAINERID", container),
+        ("CNI_IFNAME", "net1"),
+        ("CNI_NETNS", "/var/run/netns/bench"),
+        ("CNI_PATH", "/usr/lib/cni"),
+    ];
+    let request = weft_ipam::IpamRequest::from_lookup(
+        |k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()),
+        config.as_bytes(),
+    )?;
+    let parsed = t.elapsed();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let runtime_started = t.elapsed();
+    let state: Value = serde_json::from_str(config)?;
+    let path = Path::new(state["ipam"]["stateDir"].as_str().context("stateDir")?).join("store.db");
+    let store = weft_store::SqliteStore::open(path)?.shared();
+    let opened = t.elapsed();
+    let outcome = runtime.block_on(weft_ipam::handle(request, store.clone()));
+    let handled = t.elapsed();
+    if let Err(e) = outcome {
+        bail!("{verb} {container}: {e:?}");
+    }
+    println!(
+        "{} {} {} {}",
+        parsed.as_micros(),
+        (runtime_started - parsed).as_micros(),
+        (opened - runtime_started).as_micros(),
+        (handled - opened).as_micros()
+    );
+    std::io::stdout().flush()?;
+    std::process::exit(0)
+}
+
+/// Run [`profile_one`] in fresh processes (sequentially, then with `workers` at once) and print
+/// the mean of each step.
+fn profile(workers: usize, dir: &Path) -> Result<()> {
+    let exe = std::env::current_exe()?;
+    let config = json!({"cniVersion": "1.0.0", "name": "blue", "type": "bridge",
+        "ipam": {"type": "weft-ipam", "range": RANGE, "stateDir": dir.join("profile")}})
+    .to_string();
+    let one = |verb: &str, id: &str| -> Result<(Duration, [u64; 4])> {
+        let t = Instant::now();
+        let out = Command::new(&exe)
+            .args(["--profile-one", verb, id, &config])
+            .output()?;
+        let wall = t.elapsed();
+        if !out.status.success() {
+            bail!("profile child: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut steps = [0u64; 4];
+        for (slot, field) in steps.iter_mut().zip(text.split_whitespace()) {
+            *slot = field.parse()?;
+        }
+        Ok((wall, steps))
+    };
+    let report = |label: &str, samples: &[(Duration, [u64; 4])]| {
+        let n = samples.len() as f64;
+        let mean = |i: usize| samples.iter().map(|s| s.1[i]).sum::<u64>() as f64 / n / 1e3;
+        let wall = samples.iter().map(|s| s.0.as_secs_f64()).sum::<f64>() / n * 1e3;
+        println!(
+            "  {label:<26} wall {wall:>6.2} ms | parse {:.2} | tokio runtime {:.2} | store open {:.2} | handle {:.2} ms",
+            mean(0),
+            mean(1),
+            mean(2),
+            mean(3)
+        );
+    };
+    let n = 40;
+    let mut adds = Vec::new();
+    let mut dels = Vec::new();
+    for i in 0..n {
+        adds.push(one("ADD", &format!("p-{i}"))?);
+        dels.push(one("DEL", &format!("p-{i}"))?);
+    }
+    println!("\nin-process steps of one call, in a fresh process each (mean of {n}; wall includes exec):");
+    report("ADD, lone", &adds);
+    report("DEL, lone", &dels);
+    let samples = Mutex::new((Vec::new(), Vec::new()));
+    std::thread::scope(|scope| {
+        for w in 0..workers {
+            let (one, samples) = (&one, &samples);
+            scope.spawn(move || {
+                for i in 0..n / 4 {
+                    let id = format!("q-{w}-{i}");
+                    if let (Ok(a), Ok(d)) = (one("ADD", &id), one("DEL", &id)) {
+                        let mut s = samples.lock().unwrap();
+                        s.0.push(a);
+                        s.1.push(d);
+                    }
+                }
+            });
+        }
+    });
+    let (adds, dels) = samples.into_inner().unwrap();
+    report(&format!("ADD, {workers} at once"), &adds);
+    report(&format!("DEL, {workers} at once"), &dels);
+    Ok(())
+}
+
 fn main() -> Result<()> {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("--profile-one") {
+        return profile_one(&argv[2], &argv[3], &argv[4]);
+    }
     let cycles = arg(1, 100)?;
     let workers = arg(2, 16)?;
     let rounds = arg(3, 3)?;
@@ -349,6 +461,7 @@ fn main() -> Result<()> {
         "  host-local ADD         {:>7.2} ms",
         ms(lone_latency(&host_local, "ADD", host_config.as_bytes(), &dir, n))
     );
+    profile(workers, &dir)?;
     if total_duplicates > 0 {
         bail!("{total_duplicates} duplicate addresses");
     }
