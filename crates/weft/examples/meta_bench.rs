@@ -1,0 +1,288 @@
+//! End-to-end meta-plugin benchmark through real processes: a runtime execs `weft-cni` (the
+//! weft binary under that name) → the agent (`weft agent`, in a node netns) → the reference
+//! `bridge` + `host-local` plugins. Three measurements in one run:
+//!
+//! 1. ADD+DEL of a pod with eth0 + 4 secondaries (each its own bridge and subnet) through the
+//!    shim, with an agent running secondaries one by one (`--parallel-delegates 1`) and one
+//!    running 4 at once (the default), against the same delegates exec'd directly one by one
+//!    (`weft_cni::runtime::CniRuntime`, plugins in the same node netns), interleaved.
+//! 2. The shim's exec + round trip alone: ADD for a pod the store does not know (the agent
+//!    answers with a synthetic result and runs no delegate), against exec of `busybox true`
+//!    (static) and of `weft-cni` answering VERSION itself (no agent).
+//! 3. The agent's RSS with many pods × 3 networks attached (eth0 + 2 secondaries), ADDed 8 at
+//!    a time, sampled every 50 ms; then DEL of all and a check that nothing is left.
+//!
+//! ```text
+//! cargo run --release -p weft --example meta_bench -- [iterations] [pods]   # as root
+//! ```
+//!
+//! The weft binary is `target/<profile>/weft` next to this example (built first if `cargo`
+//! started us), or `$WEFT_BIN`. Every namespace is named `wt-mb-<pid>-<n>` and deleted on
+//! exit, failure included.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use serde_json::Value;
+
+const PLUGIN_DIR: &str = "/usr/lib/cni";
+const BUSYBOX: &str = "/bin/busybox";
+/// Secondary networks of the ADD+DEL pod (part 1); the RSS pods (part 3) use the first two.
+const SECONDARIES: u32 = 4;
+const RSS_SECONDARIES: u32 = 2;
+/// ADDs (and DELs) in flight at once in the RSS burst.
+const BURST_WORKERS: usize = 8;
+const NAMESPACE: &str = "default";
+
+#[path = "meta_bench/add_del.rs"]
+mod add_del;
+#[path = "meta_bench/round_trip.rs"]
+mod round_trip;
+#[path = "meta_bench/rss.rs"]
+mod rss;
+#[path = "meta_bench/world.rs"]
+mod world;
+
+// ---------------------------------------------------------------- guards and small helpers
+
+fn ip(args: &[&str]) -> Result<String> {
+    let out = Command::new("ip").args(args).output().context("run ip")?;
+    ensure!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A network namespace `wt-mb-<pid>-<n>`, deleted on drop.
+struct Netns(String);
+
+impl Netns {
+    fn new(n: usize) -> Result<Self> {
+        let name = format!("wt-mb-{}-{n}", std::process::id());
+        let _ = Command::new("ip")
+            .args(["netns", "del", &name])
+            .stderr(Stdio::null())
+            .status();
+        ip(&["netns", "add", &name])?;
+        let ns = Self(name);
+        ip(&["-n", &ns.0, "link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+    fn path(&self) -> String {
+        format!("/run/netns/{}", self.0)
+    }
+    /// Link names and kinds (`veth`, `bridge`, or "" for plain) in the namespace.
+    fn links(&self) -> Result<Vec<(String, String)>> {
+        let text = ip(&["-n", &self.0, "-j", "-d", "link"])?;
+        let links: Value = serde_json::from_str(&text).context("ip -j link")?;
+        Ok(links
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|l| {
+                (
+                    l["ifname"].as_str().unwrap_or_default().to_string(),
+                    l["linkinfo"]["info_kind"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                )
+            })
+            .collect())
+    }
+    fn link_names(&self) -> Result<Vec<String>> {
+        Ok(self.links()?.into_iter().map(|(name, _)| name).collect())
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// A running agent, killed on drop.
+struct Agent {
+    child: Child,
+    socket: PathBuf,
+    /// Its attachment cache directory.
+    cache: PathBuf,
+    /// The meta-plugin config a runtime passes to `weft-cni` for this agent.
+    conf: Vec<u8>,
+}
+
+impl Agent {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Median and 90th percentile of a sample, in milliseconds.
+fn median_p90(samples: &[Duration]) -> (f64, f64) {
+    let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    ms.sort_by(f64::total_cmp);
+    if ms.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let at = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.9))
+}
+
+fn mean_ms(samples: &[Duration]) -> f64 {
+    samples.iter().map(Duration::as_secs_f64).sum::<f64>() * 1000.0 / samples.len().max(1) as f64
+}
+
+/// `VmRSS` and `VmHWM` of a process, KiB.
+fn rss_kib(pid: u32) -> Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("{key} of pid {pid}"))
+    };
+    Ok((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// The weft binary: `$WEFT_BIN`, else `weft` next to this example's directory, built first
+/// when cargo started us (so a stale binary is never measured).
+fn weft_binary() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("WEFT_BIN") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe()?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .context("example is not under target/<profile>/examples")?;
+    if let Some(cargo) = std::env::var_os("CARGO") {
+        let mut build = Command::new(cargo);
+        build.args(["build", "-q", "-p", "weft", "--bin", "weft"]);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            build.arg("--release");
+        }
+        ensure!(
+            build.status().context("cargo build")?.success(),
+            "building the weft binary failed"
+        );
+    }
+    let weft = profile_dir.join("weft");
+    ensure!(weft.exists(), "{} is missing", weft.display());
+    Ok(weft)
+}
+
+fn arg(n: usize, default: usize) -> Result<usize> {
+    std::env::args().nth(n).map_or(Ok(default), |a| {
+        a.parse()
+            .with_context(|| format!("argument {n}: {a:?} is not a number"))
+    })
+}
+
+/// GET over the agent's Unix socket; returns the body.
+fn http_get(socket: &Path, path: &str) -> Result<String> {
+    let (status, body) = http(socket, "GET", path, b"")?;
+    ensure!(status == 200, "GET {path}: {status} {body}");
+    Ok(body)
+}
+
+/// One HTTP/1.1 request over the agent's Unix socket (blocking, `Connection: close`);
+/// returns the status and the body.
+fn http(socket: &Path, method: &str, path: &str, body: &[u8]) -> Result<(u16, String)> {
+    let mut stream = UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: weft\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(body);
+    stream.write_all(&request)?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("{method} {path}: not an HTTP response: {response:?}"))?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// The agent's own request time so far: (seconds summed, count) of
+/// `weft_agent_cni_request_duration_seconds` for `verb`.
+fn agent_time(agent: &Agent, verb: &str) -> Result<(f64, u64)> {
+    let metrics = http_get(&agent.socket, "/metrics")?;
+    let value = |suffix: &str| {
+        let prefix = format!("weft_agent_cni_request_duration_seconds_{suffix}{{verb=\"{verb}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    Ok((value("sum"), value("count") as u64))
+}
+
+/// Mean agent-side milliseconds per request between two [`agent_time`] readings.
+fn agent_mean_ms(before: (f64, u64), after: (f64, u64)) -> f64 {
+    (after.0 - before.0) * 1000.0 / (after.1 - before.1).max(1) as f64
+}
+
+// ---------------------------------------------------------------- main
+
+fn main() -> Result<()> {
+    use world::World;
+    if !nix::unistd::Uid::effective().is_root() {
+        eprintln!("meta_bench needs root (network namespaces)");
+        std::process::exit(2);
+    }
+    let iterations = arg(1, 30)?;
+    let pods = arg(2, 200)?;
+    let dir = tempfile::Builder::new().prefix("wt-mb-").tempdir()?;
+    let world = World::new(dir.path(), pods)?;
+    let a1 = world.agent("a1", 1, None)?;
+    let a4 = world.agent("a4", 4, None)?;
+    // The agent fsyncs its attachment cache; a twin with the cache on tmpfs shows that cost.
+    let shm = tempfile::Builder::new().prefix("wt-mb-").tempdir_in("/dev/shm")?;
+    let a4_tmpfs = world.agent("a4t", 4, Some(shm.path()))?;
+    let (idle_at_start, _) = rss_kib(a4.pid())?;
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "# meta_bench: {} cores, load average {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    );
+
+    let agents = [
+        ("shim → agent, `--parallel-delegates 1`", &a1),
+        ("shim → agent, `--parallel-delegates 4` (default)", &a4),
+        ("shim → agent, 4, cache dir on tmpfs", &a4_tmpfs),
+    ];
+    add_del::run(&world, &agents, iterations)?;
+    round_trip::run(&world, &a4, iterations)?;
+    drop((a1, a4_tmpfs));
+    rss::run(&world, &a4, pods, idle_at_start)?;
+    Ok(())
+}

@@ -1,0 +1,166 @@
+//! Part 1: ADD+DEL of a pod with eth0 + 4 secondaries, shim → agent against the same delegates
+//! run directly one by one, interleaved.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, ensure};
+use weft_cni::runtime::exec::ProcessExec;
+use weft_cni::{CniArgs, CniResult, CniRuntime, Delegate, RuntimeConf};
+use weft_meta::{AttachmentRequest, DelegatePlan};
+
+use crate::world::World;
+use crate::{Agent, Netns, PLUGIN_DIR, SECONDARIES, agent_mean_ms, agent_time, mean_ms, median_p90};
+
+/// What one ADD+DEL took; `master` is the eth0 (cluster network) ADD alone, direct only.
+struct Timing {
+    add: Duration,
+    del: Duration,
+    master: Option<Duration>,
+}
+
+/// ADD then DEL of the delegates one by one, as a runtime would without a meta-plugin.
+fn direct_add_del(
+    cni: &CniRuntime<ProcessExec>,
+    request: &AttachmentRequest,
+    plans: &[DelegatePlan],
+) -> Result<Timing> {
+    let conf = |plan: &DelegatePlan| RuntimeConf {
+        container_id: request.container_id.clone(),
+        netns: request.netns.clone(),
+        ifname: plan.ifname.clone(),
+        args: CniArgs::from_pairs(plan.cni_args.clone()),
+        capability_args: Default::default(),
+    };
+    let delegates: Vec<Delegate> = plans
+        .iter()
+        .map(|p| Delegate::from_bytes(p.config.text().as_bytes()))
+        .collect::<Result<_, _>>()?;
+    let started = Instant::now();
+    let mut master = None;
+    let mut results: Vec<CniResult> = Vec::new();
+    for (d, p) in delegates.iter().zip(plans) {
+        results.push(d.add(cni, &conf(p))?);
+        master.get_or_insert_with(|| started.elapsed());
+    }
+    let add = started.elapsed();
+    let started = Instant::now();
+    for ((d, p), r) in delegates.iter().zip(plans).zip(&results).rev() {
+        d.del(cni, &conf(p), Some(r))?;
+    }
+    Ok(Timing {
+        add,
+        del: started.elapsed(),
+        master,
+    })
+}
+
+/// The samples of one variant.
+#[derive(Default)]
+struct Samples {
+    add: Vec<Duration>,
+    del: Vec<Duration>,
+    total: Vec<Duration>,
+    master: Vec<Duration>,
+}
+
+impl Samples {
+    fn push(&mut self, timing: Timing) {
+        self.add.push(timing.add);
+        self.del.push(timing.del);
+        self.total.push(timing.add + timing.del);
+        self.master.extend(timing.master);
+    }
+}
+
+/// Run part 1 and print its tables. `agents`: (label, agent) of each shim variant.
+pub fn run(world: &World, agents: &[(&str, &Agent)], iterations: usize) -> Result<()> {
+    let pod_ns = Netns::new(1)?;
+    let cni = CniRuntime::with_executor([PLUGIN_DIR], ProcessExec::in_netns(world.node.path()));
+    let warmup = 2;
+    let variants = agents.len() + 1;
+    let mut samples: Vec<Samples> = (0..variants).map(|_| Samples::default()).collect();
+    let mut agent_before = Vec::new();
+    for i in 0..warmup + iterations {
+        if i == warmup {
+            for (_, agent) in agents {
+                agent_before.push((agent_time(agent, "ADD")?, agent_time(agent, "DEL")?));
+            }
+        }
+        // Rotate the order every iteration so drift and "who runs after whom" even out.
+        for k in 0..variants {
+            let variant = (i + k) % variants;
+            let container = format!("mb{}i{i}v{variant}", std::process::id());
+            let env = world.env("ADD", &container, &pod_ns.path(), "bench");
+            let timing = if variant == 0 {
+                let (request, plans) = world.plans(&agents[0].1.conf, &env, SECONDARIES)?;
+                ensure!(plans.len() == 1 + SECONDARIES as usize, "{} plans", plans.len());
+                direct_add_del(&cni, &request, &plans)?
+            } else {
+                let agent = agents[variant - 1].1;
+                let add = world.shim_ok(agent, &env)?;
+                let del_env = world.env("DEL", &container, &pod_ns.path(), "bench");
+                let del = world.shim_ok(agent, &del_env)?;
+                Timing {
+                    add,
+                    del,
+                    master: None,
+                }
+            };
+            if i == warmup {
+                let left = pod_ns.link_names()?;
+                ensure!(
+                    left == ["lo"],
+                    "variant {variant}: left in the pod netns: {left:?}"
+                );
+            }
+            if i >= warmup {
+                samples[variant].push(timing);
+            }
+        }
+    }
+    let left = pod_ns.link_names()?;
+    ensure!(left == ["lo"], "left behind in the pod netns: {left:?}");
+
+    println!(
+        "\n## 1. ADD+DEL, pod with eth0 + {SECONDARIES} secondaries (bridge + host-local), {iterations} iterations, interleaved\n"
+    );
+    println!("| variant | ADD+DEL median | p90 | ADD median | DEL median | median / direct |");
+    println!("|---|---|---|---|---|---|");
+    let (direct_median, _) = median_p90(&samples[0].total);
+    let labels = std::iter::once("direct, one by one (baseline)").chain(agents.iter().map(|(l, _)| *l));
+    for (label, s) in labels.zip(&samples) {
+        let (median, p90) = median_p90(&s.total);
+        println!(
+            "| {label} | {median:.1} ms | {p90:.1} ms | {:.1} ms | {:.1} ms | **{:.2}×** |",
+            median_p90(&s.add).0,
+            median_p90(&s.del).0,
+            median / direct_median
+        );
+    }
+    let master = median_p90(&samples[0].master).0;
+    let secondaries = median_p90(&samples[0].add).0 - master;
+    println!(
+        "\nDirect ADD: eth0 alone {master:.1} ms, the {SECONDARIES} secondaries {secondaries:.1} ms (medians); \
+         on 2 cores a concurrent ADD cannot beat about {:.1} ms.",
+        master + secondaries / 2.0
+    );
+    println!(
+        "\nShim wall time against the agent's own time (`weft_agent_cni_request_duration_seconds`), means:\n"
+    );
+    println!("| agent | verb | shim wall | agent | shim + exec + HTTP |");
+    println!("|---|---|---|---|---|");
+    for (a, ((label, agent), before)) in agents.iter().zip(&agent_before).enumerate() {
+        for (verb, wall, before) in [
+            ("ADD", &samples[a + 1].add, before.0),
+            ("DEL", &samples[a + 1].del, before.1),
+        ] {
+            let wall = mean_ms(wall);
+            let inside = agent_mean_ms(before, agent_time(agent, verb)?);
+            println!(
+                "| {label} | {verb} | {wall:.1} ms | {inside:.1} ms | {:.1} ms |",
+                wall - inside
+            );
+        }
+    }
+    Ok(())
+}

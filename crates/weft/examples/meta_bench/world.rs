@@ -1,0 +1,248 @@
+//! The bench world: files, store objects, the node netns, agents, and how a runtime execs the
+//! shim.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use serde_json::{Value, json};
+use weft_cni::RequestEnv;
+use weft_meta::{AttachmentRequest, DelegatePlan, MemoryCatalog, MetaConfig, PathEntry, plan_add};
+
+use crate::{Agent, NAMESPACE, Netns, PLUGIN_DIR, RSS_SECONDARIES, SECONDARIES, http_get, weft_binary};
+
+/// Files, store objects and namespaces shared by every measurement.
+pub struct World {
+    pub state: PathBuf,
+    pub bin: PathBuf,
+    pub weft: PathBuf,
+    pub conf_dir: PathBuf,
+    pub cluster_file: PathBuf,
+    pub host_local: PathBuf,
+    pub node: Netns,
+}
+
+fn bridge_conf(name: &str, bridge: &str, subnet: &str, data_dir: &Path, gateway: bool) -> Value {
+    let mut plugin = json!({
+        "type": "bridge", "bridge": bridge, "isGateway": gateway,
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]], "dataDir": data_dir}
+    });
+    if gateway {
+        plugin["ipam"]["routes"] = json!([{"dst": "0.0.0.0/0"}]);
+        return json!({"cniVersion": "1.0.0", "name": name, "plugins": [plugin]});
+    }
+    plugin["cniVersion"] = json!("1.0.0");
+    plugin["name"] = json!(name);
+    plugin
+}
+
+fn nad_name(n: u32) -> String {
+    format!("mb{n}")
+}
+
+fn secondary_conf(world_host_local: &Path, n: u32) -> Value {
+    bridge_conf(
+        &nad_name(n),
+        &format!("br-mb{n}"),
+        &format!("10.252.{n}.0/24"),
+        world_host_local,
+        false,
+    )
+}
+
+fn pod_manifest(name: &str, secondaries: u32) -> String {
+    let networks: Vec<String> = (1..=secondaries).map(nad_name).collect();
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {NAMESPACE}\n  annotations:\n    k8s.v1.cni.cncf.io/networks: {}\nspec: {{nodeName: n1}}\n---\n",
+        networks.join(",")
+    )
+}
+
+impl World {
+    pub fn new(state: &Path, pods: usize) -> Result<Self> {
+        let weft = weft_binary()?;
+        let bin = state.join("bin");
+        std::fs::create_dir_all(&bin)?;
+        std::os::unix::fs::symlink(&weft, bin.join("weft-cni"))?;
+        let conf_dir = state.join("net.d");
+        std::fs::create_dir_all(&conf_dir)?;
+        let host_local = state.join("host-local");
+        let cluster_file = conf_dir.join("10-cluster.conflist");
+        let cluster = bridge_conf("cluster", "cni0", "10.251.0.0/16", &host_local, true);
+        std::fs::write(&cluster_file, cluster.to_string())?;
+
+        let mut manifests = String::new();
+        for n in 1..=SECONDARIES {
+            let config = secondary_conf(&host_local, n).to_string();
+            manifests += &format!(
+                "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {{name: {}, namespace: {NAMESPACE}}}\nspec:\n  config: '{config}'\n---\n",
+                nad_name(n)
+            );
+        }
+        manifests += &pod_manifest("bench", SECONDARIES);
+        for p in 0..pods {
+            manifests += &pod_manifest(&format!("rss-{p}"), RSS_SECONDARIES);
+        }
+        let file = state.join("objects.yaml");
+        std::fs::write(&file, manifests)?;
+        let applied = Command::new(&weft)
+            .arg("--state-dir")
+            .arg(state)
+            .args(["apply", "-f"])
+            .arg(&file)
+            .output()?;
+        ensure!(
+            applied.status.success(),
+            "weft apply: {}",
+            String::from_utf8_lossy(&applied.stderr)
+        );
+        Ok(Self {
+            state: state.to_path_buf(),
+            bin,
+            weft,
+            conf_dir,
+            cluster_file,
+            host_local,
+            node: Netns::new(0)?,
+        })
+    }
+
+    /// Start an agent in the node netns with its own socket and cache (under the state dir,
+    /// or `cache_dir`); waits for `/healthz`.
+    pub fn agent(&self, tag: &str, parallel: usize, cache_dir: Option<&Path>) -> Result<Agent> {
+        let dir = self.state.join(tag);
+        std::fs::create_dir_all(&dir)?;
+        let cache = cache_dir.map_or_else(|| dir.join("cache"), |d| d.join(tag));
+        let socket = dir.join("weft.sock");
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.node.0])
+            .arg(&self.weft)
+            .arg("--state-dir")
+            .arg(&self.state)
+            .args(["agent", "--node", "n1", "--parallel-delegates"])
+            .arg(parallel.to_string())
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--conf-dir")
+            .arg(&self.conf_dir)
+            .arg("--cache-dir")
+            .arg(&cache)
+            .arg("--cni-bin-dir")
+            .arg(&self.bin)
+            .arg("--cni-bin-dir")
+            .arg(PLUGIN_DIR)
+            .env("WEFT_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("agent.log"))?)
+            .spawn()?;
+        let conf = json!({
+            "cniVersion": "1.0.0", "name": "weft", "type": "weft-cni",
+            "clusterNetwork": self.cluster_file, "confDir": self.conf_dir,
+            "daemonSocketDir": dir,
+        });
+        let agent = Agent {
+            child,
+            socket,
+            cache,
+            conf: conf.to_string().into_bytes(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while http_get(&agent.socket, "/healthz").is_err() {
+            ensure!(
+                Instant::now() < deadline,
+                "agent {tag} did not come up: {}",
+                std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let comm = std::fs::read_to_string(format!("/proc/{}/comm", agent.pid()))?;
+        ensure!(
+            comm.trim() == "weft",
+            "pid {} is {comm:?}, not the agent",
+            agent.pid()
+        );
+        Ok(agent)
+    }
+
+    /// The CNI environment of a request (what a runtime sets for the shim).
+    pub fn env(&self, verb: &str, container: &str, netns: &str, pod: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("CNI_COMMAND".into(), verb.into()),
+            ("CNI_CONTAINERID".into(), container.into()),
+            ("CNI_NETNS".into(), netns.into()),
+            ("CNI_IFNAME".into(), "eth0".into()),
+            (
+                "CNI_ARGS".into(),
+                format!(
+                    "IgnoreUnknown=1;K8S_POD_NAMESPACE={NAMESPACE};K8S_POD_NAME={pod};K8S_POD_INFRA_CONTAINER_ID={container}"
+                ),
+            ),
+            ("CNI_PATH".into(), format!("{}:{PLUGIN_DIR}", self.bin.display())),
+        ])
+    }
+
+    /// Exec `weft-cni` as a runtime does; returns the wall time and the output.
+    pub fn shim(&self, agent: &Agent, env: &BTreeMap<String, String>) -> Result<(Duration, Output)> {
+        let started = Instant::now();
+        let mut child = Command::new(self.bin.join("weft-cni"))
+            .env_clear()
+            .envs(env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        child.stdin.take().context("stdin")?.write_all(&agent.conf)?;
+        let out = child.wait_with_output()?;
+        Ok((started.elapsed(), out))
+    }
+
+    pub fn shim_ok(&self, agent: &Agent, env: &BTreeMap<String, String>) -> Result<Duration> {
+        let (took, out) = self.shim(agent, env)?;
+        ensure!(
+            out.status.success(),
+            "{} {}: {} {}",
+            env["CNI_COMMAND"],
+            env["CNI_CONTAINERID"],
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(took)
+    }
+
+    /// The delegates the agent runs for `env` (planned outside any timing, as the agent plans
+    /// them: same files, same NADs, same pod annotation).
+    pub fn plans(
+        &self,
+        conf: &[u8],
+        env: &BTreeMap<String, String>,
+        secondaries: u32,
+    ) -> Result<(AttachmentRequest, Vec<DelegatePlan>)> {
+        let request_env =
+            RequestEnv::from_lookup(|k| env.get(k).cloned()).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let request = AttachmentRequest::from_request_env(&request_env);
+        let config = MetaConfig::parse(conf)?;
+        let mut catalog = MemoryCatalog::default().with_path(
+            &self.cluster_file.to_string_lossy(),
+            PathEntry::File(std::fs::read(&self.cluster_file)?),
+        );
+        for n in 1..=SECONDARIES {
+            catalog = catalog.with_nad(
+                NAMESPACE,
+                &nad_name(n),
+                &secondary_conf(&self.host_local, n).to_string(),
+            );
+        }
+        let networks: Vec<String> = (1..=secondaries).map(nad_name).collect();
+        let pod = weft_meta::Pod {
+            namespace: NAMESPACE.into(),
+            name: request.k8s.pod_name.clone(),
+            uid: String::new(),
+            annotations: BTreeMap::from([(weft_netconf::NETWORKS_ANNOTATION.into(), networks.join(","))]),
+        };
+        let plans = plan_add(&config, &request, Some(&pod), &catalog)?;
+        Ok((request, plans))
+    }
+}
