@@ -53,10 +53,7 @@ fuzz_target!(|data: &[u8]| {
         None => (data, &[][..]),
     };
     let env_text = String::from_utf8_lossy(env_bytes);
-    let env: HashMap<&str, &str> = env_text
-        .lines()
-        .filter_map(|line| line.split_once('='))
-        .collect();
+    let env: HashMap<&str, &str> = env_text.lines().filter_map(|line| line.split_once('=')).collect();
     let outcome = dispatch(&Fixed, |key| env.get(key).map(|v| (*v).to_owned()), stdin);
     if outcome.exit_code == 0 && env.get("CNI_COMMAND") == Some(&"ADD") {
         parse_result(&outcome.stdout).unwrap_or_else(|e| {

@@ -9,7 +9,10 @@ use libfuzzer_sys::fuzz_target;
 use weft_dhcp::{ClasslessRoute, ServerConfig, v4};
 
 static CONFIG: LazyLock<ServerConfig> = LazyLock::new(|| {
-    let mut config = ServerConfig::new("10.0.2.2/24".parse().expect("literal"), Ipv4Addr::new(10, 0, 2, 1));
+    let mut config = ServerConfig::new(
+        "10.0.2.2/24".parse().expect("literal"),
+        Ipv4Addr::new(10, 0, 2, 1),
+    );
     config.router = Some(Ipv4Addr::new(10, 0, 2, 1));
     config.routes = vec![ClasslessRoute {
         destination: Some("192.168.0.0/16".parse().expect("literal")),

@@ -9,9 +9,16 @@ use weft_netconf::{DelegateConfig, inject_network_name};
 fuzz_target!(|data: &[u8]| {
     let _ = weft_cni::AnyNetworkConfig::from_bytes(data);
     let _ = weft_meta::MetaConfig::parse(data);
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     if let Ok(config) = DelegateConfig::parse(text) {
-        let _ = (config.name(), config.cni_version(), config.kind(), config.first_type());
+        let _ = (
+            config.name(),
+            config.cni_version(),
+            config.kind(),
+            config.first_type(),
+        );
         let _ = (config.is_list(), config.capabilities(), config.to_value());
         let _ = config.with_cni_version_if_missing("1.0.0");
     }

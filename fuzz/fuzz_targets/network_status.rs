@@ -12,13 +12,20 @@ use weft_netconf::{
 };
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     let _ = read_network_status_annotation(text);
     let annotations = BTreeMap::from([(NETWORK_STATUS_ANNOTATION.to_owned(), text.to_owned())]);
     let _ = weft_vm::network_statuses(&annotations);
-    let Ok(statuses) = parse_network_status_annotation(text) else { return };
+    let Ok(statuses) = parse_network_status_annotation(text) else {
+        return;
+    };
     let written = format_network_status_annotation(&statuses);
     let again = parse_network_status_annotation(&written)
         .unwrap_or_else(|e| panic!("re-parsing {written} failed: {e}"));
-    assert_eq!(statuses, again, "write/read round trip changed the statuses ({written})");
+    assert_eq!(
+        statuses, again,
+        "write/read round trip changed the statuses ({written})"
+    );
 });
