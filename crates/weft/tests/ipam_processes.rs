@@ -561,7 +561,6 @@ fn sigkill_during_add_del_cycles_then_gc_and_reconcile_leave_no_duplicates_or_le
 /// moment fail at once with `database is locked` (CNI code 11) instead of waiting. Later opens
 /// succeed. Run with `--ignored` to reproduce.
 #[test]
-#[ignore = "weft-store: concurrent first open after a SIGKILLed creator fails with 'database is locked'"]
 fn concurrent_first_open_survives_a_killed_creator() {
     let mut failures = Vec::new();
     for trial in 0..20 {

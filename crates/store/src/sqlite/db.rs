@@ -159,19 +159,20 @@ impl Db {
     /// Open (creating if needed) the store file and its schema.
     pub(super) fn open(path: &Path, options: SqliteOptions) -> Result<Self, StoreError> {
         let context = path.display().to_string();
+        let turn = open_turn_file(path)?;
         let mut writer = open_connection(path, &options)?;
-        let mode: String = writer
-            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-            .map_err(backend(&context))?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(StoreError::Unavailable(format!(
-                "{context}: cannot switch to WAL journal mode (got {mode})"
-            )));
+        // Journal mode and schema persist in the file: an existing store needs two cheap reads.
+        // Only a new (or older) file is set up, under the writers' turn, so that concurrent
+        // first opens — and a creator killed half-way — never race on the mode switch.
+        let ready = current_journal_mode(&writer).is_ok_and(|m| m.eq_ignore_ascii_case("wal"))
+            && schema_version(&writer).is_ok_and(|v| v == SCHEMA_VERSION);
+        if !ready {
+            turn.lock()
+                .map_err(|e| StoreError::Unavailable(format!("{context}: taking the writers' turn: {e}")))?;
+            let setup = set_up(&mut writer, &context);
+            let _ = turn.unlock();
+            setup?;
         }
-        ensure_schema(&mut writer).map_err(|e| match e {
-            StoreError::Backend(m) => StoreError::Backend(format!("{context}: creating the schema: {m}")),
-            other => other,
-        })?;
         let revision: i64 = writer
             .query_row("SELECT value FROM weft_meta WHERE key = 'revision'", [], |r| {
                 r.get(0)
@@ -179,7 +180,7 @@ impl Db {
             .map_err(backend(&context))?;
         let writes = GroupCommit::start(
             writer,
-            open_turn_file(path)?,
+            turn,
             revision as u64,
             options.trim_every,
             options.retain_changes,
@@ -461,6 +462,30 @@ fn open_turn_file(path: &Path) -> Result<std::fs::File, StoreError> {
         .write(true)
         .open(&name)
         .map_err(|e| StoreError::Unavailable(format!("opening {}: {e}", Path::new(&name).display())))
+}
+
+fn current_journal_mode(conn: &Connection) -> rusqlite::Result<String> {
+    conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))
+}
+
+fn schema_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+}
+
+/// Switch a new file to WAL and create (or upgrade) the schema.
+fn set_up(conn: &mut Connection, context: &str) -> Result<(), StoreError> {
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+        .map_err(backend(context))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Unavailable(format!(
+            "{context}: cannot switch to WAL journal mode (got {mode})"
+        )));
+    }
+    ensure_schema(conn).map_err(|e| match e {
+        StoreError::Backend(m) => StoreError::Backend(format!("{context}: creating the schema: {m}")),
+        other => other,
+    })
 }
 
 fn ensure_schema(conn: &mut Connection) -> Result<(), StoreError> {
