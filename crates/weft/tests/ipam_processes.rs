@@ -556,10 +556,9 @@ fn sigkill_during_add_del_cycles_then_gc_and_reconcile_leave_no_duplicates_or_le
     eprintln!("done in {:?}", started.elapsed());
 }
 
-/// Known problem of the embedded store (reported to its owner): on a brand-new store file, when
-/// the process creating it is SIGKILLed during its first open, processes opening it at the same
-/// moment fail at once with `database is locked` (CNI code 11) instead of waiting. Later opens
-/// succeed. Run with `--ignored` to reproduce.
+/// Regression: on a brand-new store file, when the process creating it is SIGKILLed during its
+/// first open, processes opening it at the same moment used to fail at once with `database is
+/// locked` (CNI code 11). The store now sets a new file up under the writers' flock.
 #[test]
 fn concurrent_first_open_survives_a_killed_creator() {
     let mut failures = Vec::new();
