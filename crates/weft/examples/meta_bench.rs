@@ -145,6 +145,21 @@ fn mean_ms(samples: &[Duration]) -> f64 {
     samples.iter().map(Duration::as_secs_f64).sum::<f64>() * 1000.0 / samples.len().max(1) as f64
 }
 
+/// CPU time a process spent itself (user + system, children not included), milliseconds.
+fn cpu_ms(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .context("/proc/pid/stat")?
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+    // The kernel reports these in USER_HZ, which is 100 on Linux/x86-64.
+    Ok(ticks * 10.0)
+}
+
 /// `VmRSS` and `VmHWM` of a process, KiB.
 fn rss_kib(pid: u32) -> Result<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;

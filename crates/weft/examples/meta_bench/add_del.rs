@@ -9,7 +9,7 @@ use weft_cni::{CniArgs, CniResult, CniRuntime, Delegate, RuntimeConf};
 use weft_meta::{AttachmentRequest, DelegatePlan};
 
 use crate::world::World;
-use crate::{Agent, Netns, PLUGIN_DIR, SECONDARIES, agent_mean_ms, agent_time, mean_ms, median_p90};
+use crate::{Agent, Netns, PLUGIN_DIR, SECONDARIES, agent_mean_ms, agent_time, cpu_ms, mean_ms, median_p90};
 
 /// What one ADD+DEL took; `master` is the eth0 (cluster network) ADD alone, direct only.
 struct Timing {
@@ -80,10 +80,15 @@ pub fn run(world: &World, agents: &[(&str, &Agent)], iterations: usize) -> Resul
     let variants = agents.len() + 1;
     let mut samples: Vec<Samples> = (0..variants).map(|_| Samples::default()).collect();
     let mut agent_before = Vec::new();
+    let mut direct_cpu = 0.0;
     for i in 0..warmup + iterations {
         if i == warmup {
             for (_, agent) in agents {
-                agent_before.push((agent_time(agent, "ADD")?, agent_time(agent, "DEL")?));
+                agent_before.push((
+                    agent_time(agent, "ADD")?,
+                    agent_time(agent, "DEL")?,
+                    cpu_ms(agent.pid())?,
+                ));
             }
         }
         // Rotate the order every iteration so drift and "who runs after whom" even out.
@@ -94,7 +99,12 @@ pub fn run(world: &World, agents: &[(&str, &Agent)], iterations: usize) -> Resul
             let timing = if variant == 0 {
                 let (request, plans) = world.plans(&agents[0].1.conf, &env, SECONDARIES)?;
                 ensure!(plans.len() == 1 + SECONDARIES as usize, "{} plans", plans.len());
-                direct_add_del(&cni, &request, &plans)?
+                let cpu_before = cpu_ms(std::process::id())?;
+                let timing = direct_add_del(&cni, &request, &plans)?;
+                if i >= warmup {
+                    direct_cpu += cpu_ms(std::process::id())? - cpu_before;
+                }
+                timing
             } else {
                 let agent = agents[variant - 1].1;
                 let add = world.shim_ok(agent, &env)?;
@@ -145,11 +155,16 @@ pub fn run(world: &World, agents: &[(&str, &Agent)], iterations: usize) -> Resul
         master + secondaries / 2.0
     );
     println!(
+        "\nThe direct runner's own CPU per ADD+DEL (this process: spawning, pipes, reaping the plugins): {:.1} ms.",
+        direct_cpu / iterations as f64
+    );
+    println!(
         "\nShim wall time against the agent's own time (`weft_agent_cni_request_duration_seconds`), means:\n"
     );
-    println!("| agent | verb | shim wall | agent | shim + exec + HTTP |");
-    println!("|---|---|---|---|---|");
+    println!("| agent | verb | shim wall | agent | shim + exec + HTTP | agent CPU per ADD+DEL |");
+    println!("|---|---|---|---|---|---|");
     for (a, ((label, agent), before)) in agents.iter().zip(&agent_before).enumerate() {
+        let cpu = (cpu_ms(agent.pid())? - before.2) / iterations as f64;
         for (verb, wall, before) in [
             ("ADD", &samples[a + 1].add, before.0),
             ("DEL", &samples[a + 1].del, before.1),
@@ -157,7 +172,7 @@ pub fn run(world: &World, agents: &[(&str, &Agent)], iterations: usize) -> Resul
             let wall = mean_ms(wall);
             let inside = agent_mean_ms(before, agent_time(agent, verb)?);
             println!(
-                "| {label} | {verb} | {wall:.1} ms | {inside:.1} ms | {:.1} ms |",
+                "| {label} | {verb} | {wall:.1} ms | {inside:.1} ms | {:.1} ms | {cpu:.1} ms |",
                 wall - inside
             );
         }
