@@ -266,6 +266,14 @@ fn shim_agent_reference_plugins_add_del_del() {
         "{status}"
     );
 
+    let check = node.shim("CHECK", &pod, "default", "web");
+    assert!(
+        check.status.success(),
+        "CHECK reaches every attached delegate: {}\n{}",
+        text(&check),
+        node.log()
+    );
+
     let metrics = eventually("metrics over TCP", || {
         Some(node.metrics()).filter(|m| !m.is_empty())
     });
@@ -442,4 +450,25 @@ spec:
     let del = node.shim("DEL", &pod, "default", "web");
     assert!(del.status.success(), "DEL failed: {}\n{}", text(&del), node.log());
     assert_eq!(pod.links(), vec!["lo".to_string()]);
+}
+
+#[test]
+fn shim_agent_default_route_moves_to_the_requested_network() {
+    if !root_or_skip("shim_agent_default_route_moves_to_the_requested_network") {
+        return;
+    }
+    let annotation = r#"'[{"name":"blue","interface":"blue0","default-route":["192.168.77.1"]}]'"#;
+    let manifests = BLUE_NAD.replace("NS", "default") + &pod_manifest("default", "web", annotation);
+    let node = Node::start("dr", &manifests, serde_json::json!({}));
+    let pod = Netns::new("dr-pod");
+    let add = node.shim("ADD", &pod, "default", "web");
+    assert!(add.status.success(), "ADD failed: {}\n{}", text(&add), node.log());
+    let routes: serde_json::Value =
+        serde_json::from_str(&pod.exec(&["ip", "-j", "route", "show", "default"])).unwrap();
+    let routes = routes.as_array().cloned().unwrap_or_default();
+    assert_eq!(routes.len(), 1, "one default route: {routes:?}");
+    assert_eq!(routes[0]["gateway"], "192.168.77.1");
+    assert_eq!(routes[0]["dev"], "blue0");
+    let del = node.shim("DEL", &pod, "default", "web");
+    assert!(del.status.success(), "{}", text(&del));
 }
