@@ -6,9 +6,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -164,20 +162,16 @@ impl PluginExec for ProcessExec {
                 let _ = child_stdin.write_all(&input);
             });
         }
-        let (done_tx, done_rx) = mpsc::channel();
-        let stdout = collect(child.stdout.take().expect("stdout piped"), done_tx.clone());
-        let stderr = collect(child.stderr.take().expect("stderr piped"), done_tx);
-
-        let status = wait_until(&mut child, &done_rx, started + self.timeout);
-        let Some(status) = status else {
+        let stdout_pipe = child.stdout.take().expect("stdout piped");
+        let stderr_pipe = child.stderr.take().expect("stderr piped");
+        let Some((status, stdout, stderr)) =
+            drain(&mut child, stdout_pipe, stderr_pipe, started + self.timeout)
+        else {
             // Kill errors mean it already exited; either way we report the timeout.
             let _ = child.kill();
             let _ = child.wait();
             return Err(ExecError::Timeout(self.timeout));
         };
-        let take =
-            |buffer: &Arc<Mutex<Vec<u8>>>| std::mem::take(&mut *buffer.lock().expect("reader never panics"));
-        let (stdout, stderr) = (take(&stdout), take(&stderr));
         if status.success() {
             Ok(stdout)
         } else {
@@ -190,58 +184,80 @@ impl PluginExec for ProcessExec {
     }
 }
 
-/// Reads `pipe` to the end into a shared buffer, then signals `done`.
-fn collect(mut pipe: impl Read + Send + 'static, done: mpsc::Sender<()>) -> Arc<Mutex<Vec<u8>>> {
-    let buffer = Arc::new(Mutex::new(Vec::new()));
-    let shared = Arc::clone(&buffer);
-    thread::spawn(move || {
-        let mut chunk = [0u8; 8192];
-        loop {
-            match pipe.read(&mut chunk) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => shared
-                    .lock()
-                    .expect("reader never panics")
-                    .extend_from_slice(&chunk[..n]),
-            }
+/// Reads both pipes to the end and reaps the child, until `deadline` (then `None`). Reading
+/// happens here, with poll(2): data a plugin wrote before exiting is always readable, so none
+/// of it is lost however loaded the machine is. When the child has exited but a process it
+/// left behind (a daemon) keeps a pipe open, the pipe counts as done once it stays silent for
+/// [`PIPE_GRACE`].
+fn drain(
+    child: &mut Child,
+    stdout: ChildStdout,
+    stderr: ChildStderr,
+    deadline: Instant,
+) -> Option<(ExitStatus, Vec<u8>, Vec<u8>)> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    const CHECK_EXIT: Duration = Duration::from_millis(20);
+    let mut pipes: [File; 2] = [
+        File::from(std::os::fd::OwnedFd::from(stdout)),
+        File::from(std::os::fd::OwnedFd::from(stderr)),
+    ];
+    let mut buffers = [Vec::new(), Vec::new()];
+    let mut open = [true, true];
+    let mut status: Option<ExitStatus> = None;
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        if status.is_none() {
+            status = child.try_wait().ok().flatten();
         }
-        let _ = done.send(());
-    });
-    buffer
-}
-
-/// Waits for both pipes to close and the child to exit, until `deadline`. Pipes closing is
-/// the normal exit signal; a child that exits while something else holds its pipes is
-/// noticed by polling `try_wait` every few milliseconds.
-fn wait_until(child: &mut Child, done: &mpsc::Receiver<()>, deadline: Instant) -> Option<ExitStatus> {
-    const POLL: Duration = Duration::from_millis(20);
-    let mut closed = 0;
-    let mut exited_at: Option<Instant> = None;
-    while closed < 2 {
+        if !open[0]
+            && !open[1]
+            && let Some(status) = status
+        {
+            let [out, err] = buffers;
+            return Some((status, out, err));
+        }
         let now = Instant::now();
         if now >= deadline {
-            return child.try_wait().ok().flatten();
+            return None;
         }
-        if let Some(at) = exited_at
-            && now >= at + PIPE_GRACE
-        {
-            break;
+        let wait = if status.is_some() { PIPE_GRACE } else { CHECK_EXIT }.min(deadline - now);
+        let open_indexes: Vec<usize> = (0..2).filter(|i| open[*i]).collect();
+        if open_indexes.is_empty() {
+            thread::sleep(Duration::from_millis(1).min(wait));
+            continue;
         }
-        match done.recv_timeout(POLL.min(deadline - now)) {
-            Ok(()) => closed += 1,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                if exited_at.is_none() && matches!(child.try_wait(), Ok(Some(_))) {
-                    exited_at = Some(Instant::now());
-                }
+        let mut fds: Vec<PollFd<'_>> = open_indexes
+            .iter()
+            .map(|i| PollFd::new(pipes[*i].as_fd(), PollFlags::POLLIN))
+            .collect();
+        let timeout = PollTimeout::from(wait.as_millis().min(u128::from(u16::MAX)) as u16);
+        let ready = match poll(&mut fds, timeout) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return None,
+        };
+        let readable: Vec<bool> = fds
+            .iter()
+            .map(|fd| fd.revents().is_some_and(|r| !r.is_empty()))
+            .collect();
+        drop(fds);
+        if ready == 0 {
+            if status.is_some() {
+                // Exited, and nothing more arrives: whoever holds the pipes is not the plugin.
+                let [out, err] = buffers;
+                return status.map(|s| (s, out, err));
             }
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            continue;
         }
-    }
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return Some(status),
-            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_micros(20)),
-            _ => return None,
+        for (slot, &index) in open_indexes.iter().enumerate() {
+            if !readable[slot] {
+                continue;
+            }
+            match pipes[index].read(&mut chunk) {
+                Ok(0) | Err(_) => open[index] = false,
+                Ok(n) => buffers[index].extend_from_slice(&chunk[..n]),
+            }
         }
     }
 }

@@ -178,8 +178,9 @@ fn write_cache(agent: &Agent, record: &CacheRecord) -> Result<(), CniError> {
             .write(true)
             .mode(0o600)
             .open(&tmp)?;
+        // No fsync: the record must survive agent restarts (the page cache does); after a node
+        // crash DEL plans from the pod and its NADs instead. Rename keeps it atomic.
         std::io::Write::write_all(&mut file, &record.to_bytes())?;
-        file.sync_all()?;
         std::fs::rename(&tmp, &path)
     };
     write().map_err(|e| internal(format!("cannot write the attachment cache {}", path.display()), e))
