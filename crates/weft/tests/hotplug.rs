@@ -74,12 +74,12 @@ fn run(state: &Path) {
         storage_iface.starts_with("pod") && storage_iface.len() == 14,
         "{storage_iface}"
     );
-    let vmi_status = wait("storage in the VMI status", || {
+    let vmi_status = wait("storage in the VMI status with its pod interface", || {
         let vmi = json(state, &["get", "vmi", "vm1", "-o", "json"]);
         vmi["status"]["interfaces"]
             .as_array()?
             .iter()
-            .find(|i| i["name"] == "storage")
+            .find(|i| i["name"] == "storage" && i["podInterfaceName"].as_str().is_some_and(|n| !n.is_empty()))
             .cloned()
     });
     assert_eq!(vmi_status["podInterfaceName"], storage_iface.as_str());
