@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every weft fuzz target for N seconds (default 30), one after another, from the committed
 # seeds plus the local corpus (fuzz/corpus/<target>, gitignored). Installs cargo-fuzz when it is
-# missing. Exits non-zero as soon as a target crashes (the input is in fuzz/artifacts/<target>/).
+# missing. Every target runs even when an earlier one crashed; exits non-zero when any did (the
+# input is in fuzz/artifacts/<target>/). Inputs committed under fuzz/regressions/<target>/ are
+# replayed before the target runs.
 #
 #   scripts/fuzz.sh [seconds]          every target
 #   TARGETS="dhcp_v4 dhcp_v6" scripts/fuzz.sh 60
@@ -19,18 +21,28 @@ fi
 targets="${TARGETS:-$(cargo +nightly fuzz list --fuzz-dir fuzz)}"
 cargo +nightly fuzz build --fuzz-dir fuzz
 
+failed=()
 for target in $targets; do
     corpus="fuzz/corpus/$target"
     mkdir -p "$corpus"
+    # Replay the committed regression inputs of earlier findings first, when there are any.
+    if [ -d "fuzz/regressions/$target" ] && [ -n "$(ls -A "fuzz/regressions/$target")" ]; then
+        echo "=== $target: regressions" >&2
+        if ! cargo +nightly fuzz run --fuzz-dir fuzz "$target" "fuzz/regressions/$target" -- -runs=0; then
+            echo "fuzz target $target fails on a committed regression input (fuzz/regressions/$target/)" >&2
+            failed+=("$target")
+            continue
+        fi
+    fi
     echo "=== $target (${seconds}s)" >&2
     if ! cargo +nightly fuzz run --fuzz-dir fuzz "$target" "$corpus" "fuzz/seeds/$target" \
         -- -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1; then
         echo "fuzz target $target crashed: see fuzz/artifacts/$target/" >&2
-        exit 1
-    fi
-    # Replay the regression inputs of earlier findings, when there are any.
-    if [ -d "fuzz/regressions/$target" ]; then
-        cargo +nightly fuzz run --fuzz-dir fuzz "$target" "fuzz/regressions/$target" -- -runs=0
+        failed+=("$target")
     fi
 done
+if [ "${#failed[@]}" -gt 0 ]; then
+    echo "crashed: ${failed[*]}" >&2
+    exit 1
+fi
 echo "all fuzz targets ran ${seconds}s without a crash" >&2
