@@ -39,7 +39,8 @@ pub async fn wait_for_readiness(path: &str, timeout: Duration) -> Result<(), Str
     }
 }
 
-fn read_dir_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+/// The regular files of `dir`, `(file name, contents)`, sorted by name; unreadable entries skipped.
+pub fn read_dir_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
         .map(|entries| {
             entries

@@ -104,24 +104,10 @@ async fn pod_of(agent: &Agent, request: &AttachmentRequest) -> Result<Option<wef
     }))
 }
 
-fn read_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter(|e| e.path().is_file())
-                .filter_map(|e| Some((e.file_name().into_string().ok()?, std::fs::read(e.path()).ok()?)))
-                .collect()
-        })
-        .unwrap_or_default();
-    files.sort();
-    files
-}
-
 fn path_entry(path: &str) -> PathEntry {
     let p = Path::new(path);
     if p.is_dir() {
-        PathEntry::Dir(read_files(p))
+        PathEntry::Dir(super::autoconf::read_dir_files(p))
     } else {
         match std::fs::read(p) {
             Ok(bytes) => PathEntry::File(bytes),
@@ -153,7 +139,7 @@ async fn catalog(agent: &Agent, config: &MetaConfig) -> Result<MemoryCatalog, Cn
                 )
             })
             .collect(),
-        conf_dir_files: read_files(Path::new(&config.conf_dir)),
+        conf_dir_files: super::autoconf::read_dir_files(Path::new(&config.conf_dir)),
         ..Default::default()
     };
     for path in config.static_paths() {
@@ -392,7 +378,7 @@ async fn status(agent: &Agent, config: &MetaConfig) -> Result<(), CniError> {
 
 /// Every readable cache record of this node (one per attached sandbox).
 pub fn cached_records(agent: &Agent) -> Vec<CacheRecord> {
-    read_files(&agent.args.cache_dir)
+    super::autoconf::read_dir_files(&agent.args.cache_dir)
         .into_iter()
         .filter_map(|(name, bytes)| {
             let container = name.strip_suffix(".json")?;

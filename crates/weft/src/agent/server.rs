@@ -30,10 +30,16 @@ fn cni_error(err: CniError) -> Response {
     (StatusCode::BAD_REQUEST, Json(err)).into_response()
 }
 
-async fn cni(State(state): State<Arc<ServerState>>, Json(request): Json<CniRequest>) -> Response {
+/// Run one request (`single`: a `/delegate` request), record its metrics, answer it.
+async fn answer(state: &ServerState, request: CniRequest, single: bool) -> Response {
     let verb = request.var("CNI_COMMAND").to_string();
+    let verb = if single { format!("delegate-{verb}") } else { verb };
     let started = Instant::now();
-    let outcome = state.agent.handle_cni(request).await;
+    let outcome = if single {
+        state.agent.handle_delegate(request).await
+    } else {
+        state.agent.handle_cni(request).await
+    };
     state
         .agent
         .metrics
@@ -44,18 +50,12 @@ async fn cni(State(state): State<Arc<ServerState>>, Json(request): Json<CniReque
     }
 }
 
+async fn cni(State(state): State<Arc<ServerState>>, Json(request): Json<CniRequest>) -> Response {
+    answer(&state, request, false).await
+}
+
 async fn delegate(State(state): State<Arc<ServerState>>, Json(request): Json<CniRequest>) -> Response {
-    let verb = format!("delegate-{}", request.var("CNI_COMMAND"));
-    let started = Instant::now();
-    let outcome = state.agent.handle_delegate(request).await;
-    state
-        .agent
-        .metrics
-        .observe(&verb, outcome.is_ok(), started.elapsed().as_secs_f64());
-    match outcome {
-        Ok(result) => Json(CniResponse { result }).into_response(),
-        Err(err) => cni_error(err),
-    }
+    answer(&state, request, true).await
 }
 
 async fn readyz(State(state): State<Arc<ServerState>>) -> StatusCode {
