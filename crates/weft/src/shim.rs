@@ -6,8 +6,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
 use serde_json::Value;
 use weft_cni::plugin::{Plugin, PluginRequest};
 use weft_cni::{CniError, CniResult, codes};
@@ -94,33 +92,57 @@ impl Plugin for Shim {
     }
 }
 
-/// One HTTP/1.1 POST over a Unix socket; returns status and body.
+/// One HTTP/1.1 POST over a Unix socket (blocking: the shim runs once per CNI call and an
+/// async runtime would cost more than the request); returns status and body.
 pub fn post(socket: &Path, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>), String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
+    use std::io::{Read, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).map_err(|e| e.to_string())?;
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(300)));
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: weft\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream
+        .write_all(head.as_bytes())
+        .and_then(|()| stream.write_all(body))
         .map_err(|e| e.to_string())?;
-    runtime.block_on(async {
-        let stream = tokio::net::UnixStream::connect(socket)
-            .await
-            .map_err(|e| e.to_string())?;
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .map_err(|e| e.to_string())?;
-        tokio::spawn(connection);
-        let request = hyper::Request::post(format!("http://weft{path}"))
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::copy_from_slice(body)))
-            .map_err(|e| e.to_string())?;
-        let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
-        let status = response.status().as_u16();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        Ok((status, body.to_vec()))
-    })
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).map_err(|e| e.to_string())?;
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut parsed = httparse::Response::new(&mut headers);
+    let header_len = match parsed
+        .parse(&response)
+        .map_err(|e| format!("bad HTTP response: {e}"))?
+    {
+        httparse::Status::Complete(n) => n,
+        httparse::Status::Partial => return Err("truncated HTTP response".into()),
+    };
+    let status = parsed.code.unwrap_or(0);
+    let chunked = parsed.headers.iter().any(|h| {
+        h.name.eq_ignore_ascii_case("transfer-encoding")
+            && String::from_utf8_lossy(h.value).contains("chunked")
+    });
+    let body = &response[header_len..];
+    let body = if chunked { dechunk(body)? } else { body.to_vec() };
+    Ok((status, body))
+}
+
+/// The payload of a chunked HTTP/1.1 body.
+fn dechunk(mut body: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    loop {
+        match httparse::parse_chunk_size(body).map_err(|_| "bad chunk size".to_string())? {
+            httparse::Status::Complete((start, 0)) => {
+                let _ = start;
+                return Ok(out);
+            }
+            httparse::Status::Complete((start, size)) => {
+                let end = start + size as usize;
+                let chunk = body.get(start..end).ok_or("truncated chunk")?;
+                out.extend_from_slice(chunk);
+                body = body.get(end + 2..).ok_or("truncated chunk trailer")?;
+            }
+            httparse::Status::Partial => return Err("truncated chunked body".into()),
+        }
+    }
 }
