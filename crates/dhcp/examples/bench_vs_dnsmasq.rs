@@ -4,8 +4,7 @@
 //! Run as root: `cargo run --release -p weft-dhcp --example bench_vs_dnsmasq [ROUNDS] [ITER]`
 //! (defaults 3 rounds × 300 exchanges per server; the servers alternate per round).
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use weft_testing as common;
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::process::{Child, Command, Stdio};

@@ -1,7 +1,7 @@
 //! Root test: a DHCPv6 client in a "guest" netns gets the masquerade IPv6 lease from our server
 //! on the pod bridge (SOLICIT→ADVERTISE→REQUEST→REPLY, and rapid commit).
 
-mod common;
+use weft_testing as common;
 
 use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
 use std::time::{Duration, Instant};

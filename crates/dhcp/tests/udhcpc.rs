@@ -4,7 +4,7 @@
 //! (169.254.75.11/32, bridge-binding-like), one server per bridge; netns "guest": eth0 and eth1
 //! on wt-br0 (only eth0's MAC is served), eth2 on wt-br1.
 
-mod common;
+use weft_testing as common;
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;

@@ -5,8 +5,7 @@
 //! Run as root: `cargo run --release -p weft-guest --example boot_time [BOOTS]` (default 3 per
 //! server, alternating).
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use weft_testing as common;
 
 use std::net::Ipv4Addr;
 use std::process::{Child, Command, Stdio};

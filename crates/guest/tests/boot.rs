@@ -2,7 +2,7 @@
 //! netns, each bridge served by weft's own DHCP server; the guest reports both leases, the
 //! guest agent's view and pings to both bridge addresses over its serial console.
 
-mod common;
+use weft_testing as common;
 
 use std::net::Ipv4Addr;
 use std::process::Command;

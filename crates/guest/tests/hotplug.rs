@@ -1,7 +1,7 @@
 //! Root test: a NIC hot-plugged into a running guest over QMP gets its DHCP lease from inside
 //! the guest (the agent loop runs udhcpc for new NICs), and is unplugged again.
 
-mod common;
+use weft_testing as common;
 
 use std::net::Ipv4Addr;
 use std::process::Command;

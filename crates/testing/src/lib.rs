@@ -1,6 +1,5 @@
-//! Test support: throwaway network namespaces and commands run in them.
-
-#![allow(dead_code)]
+//! Test support shared by the root tests of several crates: throwaway network namespaces and
+//! commands run in them.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
