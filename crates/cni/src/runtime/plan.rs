@@ -160,7 +160,9 @@ mod tests {
         ) {
             let mut object = JsonObject::new();
             object.insert("type".into(), Value::from("p"));
-            for (k, v) in &extra {
+            // Spec-defined keys are validated; generate only unknown ones.
+            const KNOWN: [&str; 8] = ["name", "cniVersion", "capabilities", "ipam", "dns", "args", "runtimeConfig", "prevResult"];
+            for (k, v) in extra.iter().filter(|(k, _)| !KNOWN.contains(&k.as_str())) {
                 object.entry(k.clone()).or_insert(Value::from(*v));
             }
             object.insert("capabilities".into(), json!(declared));
