@@ -183,33 +183,21 @@ fn route_message(route: &Route, for_delete: bool) -> RouteMessage {
 impl Netlink {
     /// Adds `route`; `EEXIST` if an identical one exists.
     pub fn add_route(&mut self, route: &Route) -> Result<()> {
-        const OP: &str = "add route";
-        route
-            .validate()
-            .map_err(|reason| HostError::invalid(OP, route.to_string(), reason))?;
-        let message = route_message(route, false);
-        self.execute(
-            RouteNetlinkMessage::NewRoute(message),
-            NLM_F_CREATE | NLM_F_EXCL,
-            OP,
-            route,
-        )
+        self.new_route("add route", route, NLM_F_CREATE | NLM_F_EXCL)
     }
 
     /// Adds `route` or replaces the route with the same destination, table,
     /// type of service and metric (`ip route replace`): idempotent.
     pub fn replace_route(&mut self, route: &Route) -> Result<()> {
-        const OP: &str = "replace route";
+        self.new_route("replace route", route, NLM_F_CREATE | NLM_F_REPLACE)
+    }
+
+    fn new_route(&mut self, op: &'static str, route: &Route, flags: u16) -> Result<()> {
         route
             .validate()
-            .map_err(|reason| HostError::invalid(OP, route.to_string(), reason))?;
+            .map_err(|reason| HostError::invalid(op, route.to_string(), reason))?;
         let message = route_message(route, false);
-        self.execute(
-            RouteNetlinkMessage::NewRoute(message),
-            NLM_F_CREATE | NLM_F_REPLACE,
-            OP,
-            route,
-        )
+        self.execute(RouteNetlinkMessage::NewRoute(message), flags, op, route)
     }
 
     /// Deletes the route matching `route`'s destination, table and whichever
