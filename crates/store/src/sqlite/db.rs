@@ -95,16 +95,12 @@ impl<'a> RowKey<'a> {
 }
 
 pub(super) fn backend(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
-    move |e| match e {
-        rusqlite::Error::SqliteFailure(code, _)
-            if matches!(
-                code.code,
-                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
-            ) =>
-        {
+    move |e| {
+        if is_busy(&e) {
             StoreError::Unavailable(format!("{context}: {e}"))
+        } else {
+            StoreError::Backend(format!("{context}: {e}"))
         }
-        _ => StoreError::Backend(format!("{context}: {e}")),
     }
 }
 
@@ -160,31 +156,22 @@ impl Db {
     pub(super) fn open(path: &Path, options: SqliteOptions) -> Result<Self, StoreError> {
         let context = path.display().to_string();
         let turn = open_turn_file(path)?;
-        let mut writer = open_connection(path, &options)?;
-        // Journal mode and schema persist in the file: an existing store needs two cheap reads.
-        // Only a new (or older) file is set up, under the writers' turn, so that concurrent
-        // first opens — and a creator killed half-way — never race on the mode switch.
-        let ready = current_journal_mode(&writer).is_ok_and(|m| m.eq_ignore_ascii_case("wal"))
-            && schema_version(&writer).is_ok_and(|v| v == SCHEMA_VERSION);
-        if !ready {
-            turn.lock()
-                .map_err(|e| StoreError::Unavailable(format!("{context}: taking the writers' turn: {e}")))?;
-            let setup = set_up(&mut writer, &context);
-            let _ = turn.unlock();
-            setup?;
-        }
-        let revision: i64 = writer
-            .query_row("SELECT value FROM weft_meta WHERE key = 'revision'", [], |r| {
-                r.get(0)
-            })
-            .map_err(backend(&context))?;
-        let writes = GroupCommit::start(
-            writer,
-            turn,
-            revision as u64,
-            options.trim_every,
-            options.retain_changes,
-        )?;
+        // A few SQLite paths report SQLITE_BUSY without calling the busy handler (a reader meeting
+        // another process's WAL recovery or close-time checkpoint, a mode switch in progress):
+        // the whole first open is retried until the busy timeout.
+        let deadline = Instant::now() + options.busy_timeout;
+        let mut attempt = 0u32;
+        let (writer, revision) = loop {
+            match ready_writer(path, &options, &turn, &context) {
+                Ok(ready) => break ready,
+                Err(Attempt::Busy(_)) if Instant::now() < deadline => {
+                    attempt += 1;
+                    busy_nap(attempt);
+                }
+                Err(Attempt::Busy(e) | Attempt::Failed(e)) => return Err(e),
+            }
+        };
+        let writes = GroupCommit::start(writer, turn, revision, options.trim_every, options.retain_changes)?;
         Ok(Self {
             path: path.to_path_buf(),
             options,
@@ -204,7 +191,10 @@ impl Db {
     }
 
     /// Run `read` in a read transaction (one consistent snapshot) on a pooled connection.
-    fn read<R>(&self, read: impl FnOnce(&Transaction<'_>) -> Result<R, StoreError>) -> Result<R, StoreError> {
+    fn read<R>(
+        &self,
+        mut read: impl FnMut(&Transaction<'_>) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
         self.with_reader(|conn| {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Deferred)
@@ -215,20 +205,31 @@ impl Db {
         })
     }
 
-    /// Run `read` on a pooled connection, lending it out and taking it back.
+    /// Run `read` on a pooled connection, lending it out and taking it back. A read that met
+    /// SQLITE_BUSY (see [`Db::open`]) is run again until the busy timeout: reads have no effects.
     fn with_reader<R>(
         &self,
-        read: impl FnOnce(&mut Connection) -> Result<R, StoreError>,
+        mut read: impl FnMut(&mut Connection) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
-        let mut conn = self.take_reader()?;
-        let result = read(&mut conn);
-        self.readers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .idle
-            .push(conn);
-        self.reader_returned.notify_one();
-        result
+        let deadline = Instant::now() + self.options.busy_timeout;
+        let mut attempt = 0u32;
+        loop {
+            let mut conn = self.take_reader()?;
+            let result = read(&mut conn);
+            self.readers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .idle
+                .push(conn);
+            self.reader_returned.notify_one();
+            match result {
+                Err(StoreError::Unavailable(_)) if Instant::now() < deadline => {
+                    attempt += 1;
+                    busy_nap(attempt);
+                }
+                other => return other,
+            }
+        }
     }
 
     /// An idle reader, a new one while fewer than [`MAX_READERS`] exist, or the next one returned.
@@ -472,41 +473,101 @@ fn schema_version(conn: &Connection) -> rusqlite::Result<i64> {
     conn.query_row("PRAGMA user_version", [], |r| r.get(0))
 }
 
-/// Switch a new file to WAL and create (or upgrade) the schema.
-fn set_up(conn: &mut Connection, context: &str) -> Result<(), StoreError> {
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-        .map_err(backend(context))?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::Unavailable(format!(
-            "{context}: cannot switch to WAL journal mode (got {mode})"
-        )));
-    }
-    ensure_schema(conn).map_err(|e| match e {
-        StoreError::Backend(m) => StoreError::Backend(format!("{context}: creating the schema: {m}")),
-        other => other,
-    })
+/// A short jittered sleep before the `attempt`th retry of an operation that met SQLITE_BUSY.
+fn busy_nap(attempt: u32) {
+    let cap = 200 * u64::from(attempt.clamp(1, 50));
+    std::thread::sleep(Duration::from_micros(100 + rand::random::<u64>() % cap));
 }
 
-fn ensure_schema(conn: &mut Connection) -> Result<(), StoreError> {
+/// Why one attempt at opening the store failed: worth another try, or not.
+enum Attempt {
+    Busy(StoreError),
+    Failed(StoreError),
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e,
+        rusqlite::Error::SqliteFailure(code, _)
+            if matches!(code.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+/// Classify an SQLite error met while opening, keeping [`backend`]'s message.
+fn attempt_error(context: &str) -> impl FnOnce(rusqlite::Error) -> Attempt + '_ {
+    move |e| {
+        if is_busy(&e) {
+            Attempt::Busy(backend(context)(e))
+        } else {
+            Attempt::Failed(backend(context)(e))
+        }
+    }
+}
+
+/// One attempt at the writer connection of a ready file (WAL mode, current schema) and the
+/// store's revision.
+fn ready_writer(
+    path: &Path,
+    options: &SqliteOptions,
+    turn: &std::fs::File,
+    context: &str,
+) -> Result<(Connection, u64), Attempt> {
+    let mut writer = open_connection(path, options).map_err(Attempt::Failed)?;
+    // Journal mode and schema persist in the file: an existing store needs two cheap reads.
+    // Only a new (or older) file is set up, under the writers' turn, so that concurrent first
+    // opens — and a creator killed half-way — never race on the mode switch.
+    let ready = current_journal_mode(&writer).is_ok_and(|m| m.eq_ignore_ascii_case("wal"))
+        && schema_version(&writer).is_ok_and(|v| v == SCHEMA_VERSION);
+    if !ready {
+        turn.lock().map_err(|e| {
+            Attempt::Failed(StoreError::Unavailable(format!(
+                "{context}: taking the writers' turn: {e}"
+            )))
+        })?;
+        let setup = set_up(&mut writer, context);
+        let _ = turn.unlock();
+        setup?;
+    }
+    let revision: i64 = writer
+        .query_row("SELECT value FROM weft_meta WHERE key = 'revision'", [], |r| {
+            r.get(0)
+        })
+        .map_err(attempt_error(context))?;
+    Ok((writer, revision as u64))
+}
+
+/// Switch a new file to WAL and create (or upgrade) the schema.
+fn set_up(conn: &mut Connection, context: &str) -> Result<(), Attempt> {
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+        .map_err(attempt_error(context))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(Attempt::Failed(StoreError::Unavailable(format!(
+            "{context}: cannot switch to WAL journal mode (got {mode})"
+        ))));
+    }
+    ensure_schema(conn, &format!("{context}: creating the schema"))
+}
+
+fn ensure_schema(conn: &mut Connection, context: &str) -> Result<(), Attempt> {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(backend("read schema version"))?;
+        .map_err(attempt_error(context))?;
     if version == SCHEMA_VERSION {
         return Ok(());
     }
     if version > SCHEMA_VERSION {
-        return Err(StoreError::Unavailable(format!(
+        return Err(Attempt::Failed(StoreError::Unavailable(format!(
             "store schema version {version} is newer than this program's ({SCHEMA_VERSION})"
-        )));
+        ))));
     }
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(backend("begin schema"))?;
-    tx.execute_batch(SCHEMA).map_err(backend("create tables"))?;
+        .map_err(attempt_error(context))?;
+    tx.execute_batch(SCHEMA).map_err(attempt_error(context))?;
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)
-        .map_err(backend("set schema version"))?;
-    tx.commit().map_err(backend("commit schema"))
+        .map_err(attempt_error(context))?;
+    tx.commit().map_err(attempt_error(context))
 }
 
 pub(super) fn revision(tx: &Transaction<'_>) -> Result<u64, StoreError> {
