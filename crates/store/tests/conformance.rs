@@ -12,6 +12,20 @@ mod sqlite {
     });
 }
 
+/// One connection on the calling thread, as the `weft-ipam` plugin process opens the store.
+mod sqlite_single_connection {
+    weft_store::store_conformance_tests!(|| {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let options = weft_store::SqliteOptions {
+            single_connection: true,
+            ..weft_store::SqliteOptions::default()
+        };
+        let store =
+            weft_store::SqliteStore::open_with(dir.path().join("store.db"), options).expect("open the store");
+        (store.shared(), dir)
+    });
+}
+
 /// The Kubernetes backend through kube-rs and HTTP, against the fake API server.
 mod kube_over_http {
     use std::sync::Arc;

@@ -44,6 +44,34 @@ async fn data_and_revisions_survive_reopening() {
     assert!(rv(&second) > rv(&first));
 }
 
+/// Regression: short-lived single-connection openers skip SQLite's checkpoints, and every first
+/// opener's WAL recovery forgets what was checkpointed; the WAL used to grow without end (and
+/// each open to read all of it). The writers now truncate it once it passes 256 KiB.
+#[tokio::test]
+async fn one_shot_openers_keep_the_wal_small() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    let options = SqliteOptions {
+        single_connection: true,
+        ..SqliteOptions::default()
+    };
+    let wal = dir.path().join("store.db-wal");
+    let mut largest = 0;
+    for i in 0..400 {
+        let store = SqliteStore::open_with(&path, options.clone()).unwrap();
+        let name = format!("p{i}");
+        store.create(&pods(), pod("ns", &name, "x", "n1")).await.unwrap();
+        store.delete(&pods(), Some("ns"), &name, None).await.unwrap();
+        drop(store);
+        largest = largest.max(std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0));
+    }
+    assert!(largest < 512 * 1024, "the WAL grew to {largest} bytes");
+    let store = SqliteStore::open_with(&path, options).unwrap();
+    let list = store.list(&pods(), None, &ListOptions::default()).await.unwrap();
+    assert!(list.items.is_empty());
+    assert_eq!(list.resource_version, "800", "every write was kept");
+}
+
 #[tokio::test]
 async fn opening_a_directory_names_the_path() {
     let dir = tempfile::tempdir().unwrap();

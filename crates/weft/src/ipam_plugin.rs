@@ -31,7 +31,12 @@ fn state_dir(request: &PluginRequest) -> PathBuf {
 
 fn open_store(request: &PluginRequest) -> Result<Arc<dyn Store>, CniError> {
     let path = state_dir(request).join(crate::cluster::STORE_FILE);
-    weft_store::SqliteStore::open(&path)
+    // A plugin process makes a handful of calls and exits: one connection, no extra threads.
+    let options = weft_store::SqliteOptions {
+        single_connection: true,
+        ..weft_store::SqliteOptions::default()
+    };
+    weft_store::SqliteStore::open_with(&path, options)
         .map(|s| Arc::new(s) as Arc<dyn Store>)
         .map_err(|e| {
             CniError::new(
@@ -42,14 +47,19 @@ fn open_store(request: &PluginRequest) -> Result<Arc<dyn Store>, CniError> {
         })
 }
 
-fn block_on<T>(future: impl std::future::Future<Output = T>) -> Result<T, CniError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| {
-            CniError::new(codes::IO_FAILURE, "weft-ipam: cannot start the async runtime")
-                .with_details(e.to_string())
-        })?;
+/// Run `future` on a current-thread runtime; `with_io` for the Kubernetes client (the embedded
+/// store only needs timers, and each process start pays for what the runtime sets up).
+fn block_on<T>(with_io: bool, future: impl std::future::Future<Output = T>) -> Result<T, CniError> {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    if with_io {
+        builder.enable_all();
+    } else {
+        builder.enable_time();
+    }
+    let runtime = builder.build().map_err(|e| {
+        CniError::new(codes::IO_FAILURE, "weft-ipam: cannot start the async runtime")
+            .with_details(e.to_string())
+    })?;
     Ok(runtime.block_on(future))
 }
 
@@ -67,7 +77,7 @@ impl IpamPlugin {
         let node = std::env::var("WEFT_NODE_NAME").unwrap_or_default();
         let ipam_request = weft_ipam::IpamRequest::from_plugin_request(request, node);
         match kubeconfig(request) {
-            Some(path) => block_on(async move {
+            Some(path) => block_on(true, async move {
                 let store = weft_store::KubeStore::from_kubeconfig(&path).await.map_err(|e| {
                     CniError::new(
                         codes::TRY_AGAIN_LATER,
@@ -79,7 +89,7 @@ impl IpamPlugin {
             })?,
             None => {
                 let store = open_store(request)?;
-                block_on(weft_ipam::plugin::handle(ipam_request, store))?
+                block_on(false, weft_ipam::plugin::handle(ipam_request, store))?
             }
         }
     }

@@ -6,13 +6,22 @@
 
 use std::fs::File;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
 use std::sync::{Arc, mpsc};
+use std::time::Duration;
 
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use tokio::sync::{oneshot, watch};
 
-use super::db::{backend, revision, trim};
+use super::db::{backend, install_busy_handler, revision, trim};
 use crate::{Object, StoreError};
+
+/// WAL size past which a single-connection writer truncates the WAL when no one is reading: the
+/// next process to open the file first reads the whole WAL (recovery), so it is kept small.
+const TRIM_WAL_IF_IDLE: u64 = 256 * 1024;
+
+/// WAL size past which a single-connection writer waits for readers to truncate it.
+const TRIM_WAL_ALWAYS: u64 = 16 * 1024 * 1024;
 
 /// Most operations committed together, so one transaction stays short.
 const MAX_BATCH: usize = 128;
@@ -35,8 +44,9 @@ pub(super) struct GroupCommit {
     committed: Arc<watch::Sender<u64>>,
 }
 
-/// What the writer thread needs besides its queue.
-struct WriterThread {
+/// The write connection and what committing on it needs: owned by the writer thread of a
+/// [`GroupCommit`], or used inline by a single-connection store.
+pub(super) struct Writer {
     conn: Connection,
     /// Writers of every process take this `flock` around their transaction: the kernel hands
     /// it over the moment it is released, where SQLite's own lock makes waiters poll.
@@ -47,23 +57,10 @@ struct WriterThread {
 }
 
 impl GroupCommit {
-    /// Start the writer thread on `conn`.
-    pub(super) fn start(
-        conn: Connection,
-        turn: File,
-        revision: u64,
-        trim_every: u64,
-        retain_changes: u64,
-    ) -> Result<Self, StoreError> {
+    /// Start the writer thread on `writer`.
+    pub(super) fn start(mut writer: Writer) -> Result<Self, StoreError> {
         let (queue, pending) = mpsc::channel();
-        let committed = Arc::new(watch::channel(revision).0);
-        let mut writer = WriterThread {
-            conn,
-            turn,
-            committed: committed.clone(),
-            trim_every: trim_every.max(1),
-            retain_changes,
-        };
+        let committed = writer.committed.clone();
         std::thread::Builder::new()
             .name("weft-store-writer".into())
             .spawn(move || writer.serve(pending))
@@ -85,7 +82,82 @@ impl GroupCommit {
     }
 }
 
-impl WriterThread {
+impl Writer {
+    /// `conn` is ready (WAL, schema) and at `revision`; `turn` is the writers' `flock` file.
+    pub(super) fn new(
+        conn: Connection,
+        turn: File,
+        revision: u64,
+        trim_every: u64,
+        retain_changes: u64,
+    ) -> Self {
+        Self {
+            conn,
+            turn,
+            committed: Arc::new(watch::channel(revision).0),
+            trim_every: trim_every.max(1),
+            retain_changes,
+        }
+    }
+
+    /// The connection, for reads between writes.
+    pub(super) fn connection(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+
+    /// A receiver that changes whenever this writer commits.
+    pub(super) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.committed.subscribe()
+    }
+
+    /// Run one write now, on the calling thread, in a transaction of its own.
+    pub(super) fn write_now(&mut self, op: WriteOp) -> Answer {
+        match self.transact(vec![op]) {
+            Ok((answers, head)) => {
+                if let Some(head) = head {
+                    self.committed.send_replace(head);
+                }
+                answers
+                    .into_iter()
+                    .next()
+                    .unwrap_or_else(|| Err(StoreError::Backend("a store write gave no answer".into())))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Housekeeping of single-connection stores, after each write.
+    ///
+    /// Short-lived processes skip SQLite's checkpoint on close (two fsyncs whenever a process
+    /// happens to be the last to close the file) and its automatic checkpoints: every process
+    /// that opens the file first runs WAL recovery, which forgets what was checkpointed, so an
+    /// automatic checkpoint would copy the whole WAL again each time and the WAL would never
+    /// restart. Instead, once the WAL passes [`TRIM_WAL_IF_IDLE`], the writer checkpoints and
+    /// truncates it if no other connection is reading (else a later writer will), and past
+    /// [`TRIM_WAL_ALWAYS`] waits for readers to do so. Best effort: a failure only leaves the
+    /// WAL as it was.
+    pub(super) fn keep_wal_small(&mut self, wal: &Path, busy_timeout: Duration) {
+        let Ok(size) = std::fs::metadata(wal).map(|m| m.len()) else {
+            return;
+        };
+        if size <= TRIM_WAL_IF_IDLE {
+            return;
+        }
+        let wait_for_readers = size > TRIM_WAL_ALWAYS;
+        let Ok(_turn) = Turn::take(&self.turn) else {
+            return;
+        };
+        if !wait_for_readers {
+            let _ = self.conn.busy_handler(None::<fn(i32) -> bool>);
+        }
+        let _ = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        if !wait_for_readers {
+            let _ = install_busy_handler(&mut self.conn, busy_timeout);
+        }
+    }
+
     fn serve(&mut self, pending: mpsc::Receiver<Pending>) {
         while let Ok(first) = pending.recv() {
             let mut batch = vec![first];

@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params};
 use tokio::sync::watch;
 
 use super::SqliteOptions;
-use super::commit::GroupCommit;
+use super::commit::{GroupCommit, Writer};
 use crate::semantics::{self, DeleteOutcome, UpdateOutcome};
 use crate::{ListOptions, Object, ObjectList, ResourceType, StoreError, WatchEvent};
 
@@ -59,10 +60,21 @@ const EVENT_DELETED: i64 = 3;
 pub(super) struct Db {
     path: PathBuf,
     options: SqliteOptions,
-    /// Writers of this process queue here instead of all spinning on SQLITE_BUSY.
-    writes: GroupCommit,
-    readers: Mutex<ReaderPool>,
-    reader_returned: Condvar,
+    connections: Connections,
+}
+
+/// How an opened store uses its connections.
+enum Connections {
+    /// Long-running processes: writers of this process queue for one writer thread instead of
+    /// all spinning on SQLITE_BUSY, readers share a pool.
+    Pooled {
+        writes: GroupCommit,
+        readers: Mutex<ReaderPool>,
+        reader_returned: Condvar,
+    },
+    /// Short-lived processes ([`SqliteOptions::single_connection`]): the one connection opened
+    /// serves reads and writes on the calling thread.
+    Single(Mutex<Writer>),
 }
 
 /// Idle reader connections, and how many exist in all.
@@ -119,17 +131,10 @@ pub(super) fn parse_rv(rv: &str) -> Result<u64, StoreError> {
         .map_err(|_| StoreError::Invalid(format!("resourceVersion {rv:?} is not a number")))
 }
 
-fn open_connection(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
-    let context = path.display().to_string();
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-        | OpenFlags::SQLITE_OPEN_CREATE
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX
-        | OpenFlags::SQLITE_OPEN_URI;
-    let mut conn = Connection::open_with_flags(path, flags).map_err(backend(&context))?;
-    let timeout = options.busy_timeout;
+/// SQLite's own busy handler sleeps 1, 2, 5, 10... ms; writers of other processes hold the lock
+/// for tens of microseconds, so short jittered naps keep throughput up under contention.
+pub(super) fn install_busy_handler(conn: &mut Connection, timeout: Duration) -> rusqlite::Result<()> {
     let mut started = Instant::now();
-    // SQLite's own busy handler sleeps 1, 2, 5, 10... ms; writers of other processes hold the lock
-    // for tens of microseconds, so short jittered naps keep throughput up under contention.
     conn.busy_handler(Some(move |attempt: i32| {
         if attempt == 0 {
             started = Instant::now();
@@ -141,12 +146,29 @@ fn open_connection(path: &Path, options: &SqliteOptions) -> Result<Connection, S
         std::thread::sleep(Duration::from_micros(20 + rand::random::<u64>() % cap));
         true
     }))
-    .map_err(backend(&context))?;
+}
+
+fn open_connection(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
+    let context = path.display().to_string();
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    let mut conn = Connection::open_with_flags(path, flags).map_err(backend(&context))?;
+    install_busy_handler(&mut conn, options.busy_timeout).map_err(backend(&context))?;
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(backend(&context))?;
     // After a checkpoint, a WAL that grew under a burst shrinks back to this size.
     conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)
         .map_err(backend(&context))?;
+    if options.single_connection {
+        // See `Writer::keep_wal_small`: a short-lived process neither checkpoints on close nor
+        // automatically; it truncates the WAL itself when the WAL has grown.
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .map_err(backend(&context))?;
+        conn.pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(backend(&context))?;
+    }
     conn.set_prepared_statement_cache_capacity(32);
     Ok(conn)
 }
@@ -171,14 +193,33 @@ impl Db {
                 Err(Attempt::Busy(e) | Attempt::Failed(e)) => return Err(e),
             }
         };
-        let writes = GroupCommit::start(writer, turn, revision, options.trim_every, options.retain_changes)?;
+        let writer = Writer::new(writer, turn, revision, options.trim_every, options.retain_changes);
+        let connections = if options.single_connection {
+            Connections::Single(Mutex::new(writer))
+        } else {
+            Connections::Pooled {
+                writes: GroupCommit::start(writer)?,
+                readers: Mutex::default(),
+                reader_returned: Condvar::new(),
+            }
+        };
         Ok(Self {
             path: path.to_path_buf(),
             options,
-            writes,
-            readers: Mutex::default(),
-            reader_returned: Condvar::new(),
+            connections,
         })
+    }
+
+    /// SQLite's write-ahead log next to the store file.
+    fn wal_path(&self) -> PathBuf {
+        let mut name = self.path.as_os_str().to_owned();
+        name.push("-wal");
+        PathBuf::from(name)
+    }
+
+    /// True when calls run on the caller's thread ([`SqliteOptions::single_connection`]).
+    pub(super) fn is_single_connection(&self) -> bool {
+        matches!(self.connections, Connections::Single(_))
     }
 
     pub(super) fn options(&self) -> &SqliteOptions {
@@ -187,7 +228,10 @@ impl Db {
 
     /// A receiver that changes whenever this process commits a write.
     pub(super) fn subscribe(&self) -> watch::Receiver<u64> {
-        self.writes.subscribe()
+        match &self.connections {
+            Connections::Pooled { writes, .. } => writes.subscribe(),
+            Connections::Single(writer) => lock(writer).subscribe(),
+        }
     }
 
     /// Run `read` in a read transaction (one consistent snapshot) on a pooled connection.
@@ -205,8 +249,9 @@ impl Db {
         })
     }
 
-    /// Run `read` on a pooled connection, lending it out and taking it back. A read that met
-    /// SQLITE_BUSY (see [`Db::open`]) is run again until the busy timeout: reads have no effects.
+    /// Run `read` on a pooled connection (lending it out and taking it back), or on the single
+    /// connection. A read that met SQLITE_BUSY (see [`Db::open`]) is run again until the busy
+    /// timeout: reads have no effects.
     fn with_reader<R>(
         &self,
         mut read: impl FnMut(&mut Connection) -> Result<R, StoreError>,
@@ -214,14 +259,20 @@ impl Db {
         let deadline = Instant::now() + self.options.busy_timeout;
         let mut attempt = 0u32;
         loop {
-            let mut conn = self.take_reader()?;
-            let result = read(&mut conn);
-            self.readers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .idle
-                .push(conn);
-            self.reader_returned.notify_one();
+            let result = match &self.connections {
+                Connections::Pooled {
+                    readers,
+                    reader_returned,
+                    ..
+                } => {
+                    let mut conn = self.take_reader(readers, reader_returned)?;
+                    let result = read(&mut conn);
+                    lock(readers).idle.push(conn);
+                    reader_returned.notify_one();
+                    result
+                }
+                Connections::Single(writer) => read(lock(writer).connection()),
+            };
             match result {
                 Err(StoreError::Unavailable(_)) if Instant::now() < deadline => {
                     attempt += 1;
@@ -233,8 +284,12 @@ impl Db {
     }
 
     /// An idle reader, a new one while fewer than [`MAX_READERS`] exist, or the next one returned.
-    fn take_reader(&self) -> Result<Connection, StoreError> {
-        let mut pool = self.readers.lock().unwrap_or_else(|e| e.into_inner());
+    fn take_reader(
+        &self,
+        readers: &Mutex<ReaderPool>,
+        reader_returned: &Condvar,
+    ) -> Result<Connection, StoreError> {
+        let mut pool = lock(readers);
         loop {
             if let Some(conn) = pool.idle.pop() {
                 return Ok(conn);
@@ -243,20 +298,28 @@ impl Db {
                 pool.open += 1;
                 drop(pool);
                 return open_connection(&self.path, &self.options).inspect_err(|_| {
-                    self.readers.lock().unwrap_or_else(|e| e.into_inner()).open -= 1;
-                    self.reader_returned.notify_one();
+                    lock(readers).open -= 1;
+                    reader_returned.notify_one();
                 });
             }
-            pool = self.reader_returned.wait(pool).unwrap_or_else(|e| e.into_inner());
+            pool = reader_returned.wait(pool).unwrap_or_else(|e| e.into_inner());
         }
     }
 
-    /// Run one write through the group commit.
+    /// Run one write through the group commit, or at once on the single connection.
     async fn write(
         &self,
         op: impl FnOnce(&Transaction<'_>, u64) -> Result<Object, StoreError> + Send + 'static,
     ) -> Result<Object, StoreError> {
-        self.writes.submit(Box::new(op)).await
+        match &self.connections {
+            Connections::Pooled { writes, .. } => writes.submit(Box::new(op)).await,
+            Connections::Single(writer) => {
+                let mut writer = lock(writer);
+                let answer = writer.write_now(Box::new(op));
+                writer.keep_wal_small(&self.wal_path(), self.options.busy_timeout);
+                answer
+            }
+        }
     }
 
     pub(super) fn get(
@@ -471,6 +534,11 @@ fn current_journal_mode(conn: &Connection) -> rusqlite::Result<String> {
 
 fn schema_version(conn: &Connection) -> rusqlite::Result<i64> {
     conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+}
+
+/// Lock a mutex whose holder may have panicked (the state it guards stays usable).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A short jittered sleep before the `attempt`th retry of an operation that met SQLITE_BUSY.

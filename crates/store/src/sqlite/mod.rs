@@ -33,6 +33,10 @@ pub struct SqliteOptions {
     pub retain_changes: u64,
     /// Trim the change log every this many revisions.
     pub trim_every: u64,
+    /// Use the one connection opened for reads and writes alike, on the calling thread: no
+    /// writer thread, no reader pool, no blocking-pool hops. For short-lived processes that make
+    /// a few calls (the `weft-ipam` plugin); each call blocks the async worker it runs on.
+    pub single_connection: bool,
 }
 
 impl Default for SqliteOptions {
@@ -42,6 +46,7 @@ impl Default for SqliteOptions {
             poll_interval: Duration::from_millis(25),
             retain_changes: 50_000,
             trim_every: 1_000,
+            single_connection: false,
         }
     }
 }
@@ -49,7 +54,8 @@ impl Default for SqliteOptions {
 /// The SQLite-backed [`Store`]. Cloning shares the same connections.
 ///
 /// Files: the database at the given path, SQLite's `<path>-wal` and `<path>-shm`, and
-/// `<path>-writer.lock` (the writers' turn). Each opened store runs one writer thread; reads and
+/// `<path>-writer.lock` (the writers' turn). Each opened store runs one writer thread (none with
+/// [`SqliteOptions::single_connection`]); reads and
 /// watches run on Tokio's blocking pool, so the store is used from within a Tokio runtime (a
 /// `current_thread` one is enough). A write whose caller stops waiting still completes.
 #[derive(Clone)]
@@ -85,6 +91,9 @@ impl SqliteStore {
         &self,
         op: impl FnOnce(&Db) -> Result<R, StoreError> + Send + 'static,
     ) -> Result<R, StoreError> {
+        if self.db.is_single_connection() {
+            return op(&self.db);
+        }
         let db = self.db.clone();
         tokio::task::spawn_blocking(move || op(&db))
             .await
