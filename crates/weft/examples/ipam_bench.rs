@@ -33,6 +33,8 @@ struct Subject {
     program: PathBuf,
     /// Network config on stdin; `None` for the exec baseline.
     config: Option<Value>,
+    /// Extra environment (the agent's variables for its delegates).
+    env: Vec<(String, String)>,
 }
 
 /// What one phase measured.
@@ -52,8 +54,16 @@ impl Figures {
 }
 
 /// Run one process, feed it `stdin`, and return its stdout (an error on failure).
-fn exec(program: &Path, verb: &str, container: &str, cni_path: &Path, stdin: &[u8]) -> Result<Vec<u8>> {
+fn exec(
+    program: &Path,
+    env: &[(String, String)],
+    verb: &str,
+    container: &str,
+    cni_path: &Path,
+    stdin: &[u8],
+) -> Result<Vec<u8>> {
     let mut child = Command::new(program)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("CNI_COMMAND", verb)
         .env("CNI_CONTAINERID", container)
         .env("CNI_IFNAME", "net1")
@@ -108,7 +118,7 @@ fn phase(subject: &Subject, workers: usize, cycles: usize, dir: &Path) -> Figure
                 for c in 0..cycles {
                     let id = format!("bench-{w:02}-{c:05}");
                     let t = Instant::now();
-                    let added = exec(&subject.program, "ADD", &id, &dir, &stdin);
+                    let added = exec(&subject.program, &subject.env, "ADD", &id, &dir, &stdin);
                     add += t.elapsed();
                     let ip = match (&subject.config, added) {
                         (None, Ok(_)) => None,
@@ -134,7 +144,7 @@ fn phase(subject: &Subject, workers: usize, cycles: usize, dir: &Path) -> Figure
                         live.lock().unwrap().remove(&ip);
                     }
                     let t = Instant::now();
-                    if let Err(e) = exec(&subject.program, "DEL", &id, &dir, &stdin) {
+                    if let Err(e) = exec(&subject.program, &subject.env, "DEL", &id, &dir, &stdin) {
                         failures.push(format!("{e:#}"));
                     }
                     del += t.elapsed();
@@ -163,14 +173,21 @@ fn phase(subject: &Subject, workers: usize, cycles: usize, dir: &Path) -> Figure
 }
 
 /// Latency of one lone call, median of `n` (no concurrency): where a single call's time goes.
-fn lone_latency(program: &Path, verb: &str, stdin: &[u8], dir: &Path, n: usize) -> Duration {
+fn lone_latency(subject: &Subject, verb: &str, dir: &Path, n: usize) -> Duration {
+    let (program, env) = (&subject.program, &subject.env);
+    let stdin = subject
+        .config
+        .as_ref()
+        .map(|c| c.to_string().into_bytes())
+        .unwrap_or_default();
+    let stdin = stdin.as_slice();
     let mut samples: Vec<Duration> = (0..n)
         .map(|i| {
             let t = Instant::now();
-            let _ = exec(program, verb, &format!("lone-{i}"), dir, stdin);
+            let _ = exec(program, env, verb, &format!("lone-{i}"), dir, stdin);
             let spent = t.elapsed();
             if verb == "ADD" {
-                let _ = exec(program, "DEL", &format!("lone-{i}"), dir, stdin);
+                let _ = exec(program, env, "DEL", &format!("lone-{i}"), dir, stdin);
             }
             spent
         })
@@ -361,25 +378,31 @@ fn main() -> Result<()> {
     let mut total_duplicates = 0;
     for round in 0..rounds {
         let dir = tmp.path().join(format!("round-{round}"));
+        let agent = Agent::start(&weft_binary()?, &dir.join("weft-agent"))?;
         let subjects = [
             Subject {
                 name: "/bin/true",
                 program: "/bin/true".into(),
                 config: None,
+                env: Vec::new(),
             },
             Subject {
                 name: "host-local",
                 program: host_local.clone(),
-                config: Some(json!({"cniVersion": "1.0.0", "name": "blue", "type": "bridge",
-                    "ipam": {"type": "host-local", "ranges": [[{"subnet": RANGE, "gateway": GATEWAY}]],
-                             "dataDir": dir.join("host-local")}})),
+                config: Some(host_local_config(&dir.join("host-local"))),
+                env: Vec::new(),
             },
             Subject {
                 name: "weft-ipam",
                 program: weft_ipam.clone(),
-                config: Some(json!({"cniVersion": "1.0.0", "name": "blue", "type": "bridge",
-                    "ipam": {"type": "weft-ipam", "range": RANGE, "gateway": GATEWAY,
-                             "stateDir": dir.join("weft")}})),
+                config: Some(weft_config(&dir.join("weft"))),
+                env: Vec::new(),
+            },
+            Subject {
+                name: "weft+agent",
+                program: weft_ipam.clone(),
+                config: Some(weft_config(&agent.state)),
+                env: agent.delegate_env(),
             },
         ];
         for k in 0..subjects.len() {
@@ -409,7 +432,12 @@ fn main() -> Result<()> {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let (truth, host, weft) = (median("/bin/true"), median("host-local"), median("weft-ipam"));
+    let (truth, host, weft, via_agent) = (
+        median("/bin/true"),
+        median("host-local"),
+        median("weft-ipam"),
+        median("weft+agent"),
+    );
     println!("\nmedian cycles/s (one cycle = one ADD process + one DEL process):");
     println!(
         "  /bin/true  {truth:>8.0}   (exec cost alone: {:.2} ms per process across {workers} workers)",
@@ -417,55 +445,141 @@ fn main() -> Result<()> {
     );
     println!("  host-local {host:>8.0}");
     println!("  weft-ipam  {weft:>8.0}");
-    println!("  weft-ipam / host-local = {:.2}x (target >= 2x)", weft / host);
+    println!("  weft-ipam through the node agent {via_agent:>8.0}");
+    println!(
+        "  weft-ipam / host-local = {:.2}x (alone, opening the store)",
+        weft / host
+    );
+    println!(
+        "  weft-ipam through the agent / host-local = {:.2}x (target >= 2x)",
+        via_agent / host
+    );
     println!("  duplicates: {total_duplicates}");
 
     let dir = tmp.path().join("lone");
-    let weft_config = json!({"cniVersion": "1.0.0", "name": "blue", "type": "bridge",
-        "ipam": {"type": "weft-ipam", "range": RANGE, "stateDir": dir.join("weft")}})
-    .to_string();
-    let host_config = json!({"cniVersion": "1.0.0", "name": "blue", "type": "bridge",
-        "ipam": {"type": "host-local", "ranges": [[{"subnet": RANGE}]], "dataDir": dir.join("hl")}})
-    .to_string();
+    let agent = Agent::start(&weft_binary()?, &dir.join("weft-agent"))?;
+    let lone =
+        |name: &'static str, program: &Path, config: Option<Value>, env: Vec<(String, String)>| Subject {
+            name,
+            program: program.to_path_buf(),
+            config,
+            env,
+        };
+    let subjects = [
+        lone("/bin/true", Path::new("/bin/true"), None, Vec::new()),
+        lone(
+            "weft-ipam",
+            &weft_ipam,
+            Some(weft_config(&dir.join("weft"))),
+            Vec::new(),
+        ),
+        lone(
+            "weft-ipam via agent",
+            &weft_ipam,
+            Some(weft_config(&agent.state)),
+            agent.delegate_env(),
+        ),
+        lone(
+            "host-local",
+            &host_local,
+            Some(host_local_config(&dir.join("hl"))),
+            Vec::new(),
+        ),
+    ];
     let n = 51;
     println!("\nlone call latency, median of {n} (no concurrency):");
-    println!(
-        "  /bin/true              {:>7.2} ms",
-        ms(lone_latency(Path::new("/bin/true"), "ADD", b"", &dir, n))
-    );
-    println!(
-        "  weft-ipam VERSION      {:>7.2} ms  (binary start, no store)",
-        ms(lone_latency(
-            &weft_ipam,
-            "VERSION",
-            weft_config.as_bytes(),
-            &dir,
-            n
-        ))
-    );
-    println!(
-        "  weft-ipam ADD          {:>7.2} ms",
-        ms(lone_latency(&weft_ipam, "ADD", weft_config.as_bytes(), &dir, n))
-    );
-    println!(
-        "  host-local VERSION     {:>7.2} ms",
-        ms(lone_latency(
-            &host_local,
-            "VERSION",
-            host_config.as_bytes(),
-            &dir,
-            n
-        ))
-    );
-    println!(
-        "  host-local ADD         {:>7.2} ms",
-        ms(lone_latency(&host_local, "ADD", host_config.as_bytes(), &dir, n))
-    );
+    for subject in &subjects {
+        let verbs: &[&str] = if subject.config.is_some() {
+            &["VERSION", "ADD"]
+        } else {
+            &["ADD"]
+        };
+        for verb in verbs {
+            let label = format!(
+                "{} {}",
+                subject.name,
+                if subject.config.is_some() { *verb } else { "" }
+            );
+            println!(
+                "  {label:<30} {:>7.2} ms",
+                ms(lone_latency(subject, verb, &dir, n))
+            );
+        }
+    }
+    drop(agent);
     profile(workers, &dir)?;
     if total_duplicates > 0 {
         bail!("{total_duplicates} duplicate addresses");
     }
     Ok(())
+}
+
+fn weft_config(state: &Path) -> Value {
+    json!({"cniVersion": "1.0.0", "name": "blue", "type": "bridge",
+        "ipam": {"type": "weft-ipam", "range": RANGE, "gateway": GATEWAY, "stateDir": state}})
+}
+
+fn host_local_config(data: &Path) -> Value {
+    json!({"cniVersion": "1.0.0", "name": "blue", "type": "bridge",
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": RANGE, "gateway": GATEWAY}]], "dataDir": data}})
+}
+
+/// A `weft agent` on its own embedded store, as on a node: delegated `weft-ipam` processes
+/// hand their requests to it. Stopped on drop.
+struct Agent {
+    child: std::process::Child,
+    state: PathBuf,
+    socket: PathBuf,
+}
+
+impl Agent {
+    fn start(weft: &Path, state: &Path) -> Result<Self> {
+        std::fs::create_dir_all(state)?;
+        let socket = state.join("agent/weft.sock");
+        let child = Command::new(weft)
+            .arg("--state-dir")
+            .arg(state)
+            .args(["--log", "warn", "agent", "--node", "bench"])
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--cache-dir")
+            .arg(state.join("cache"))
+            .arg("--conf-dir")
+            .arg(state.join("net.d"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .context("start weft agent")?;
+        let agent = Self {
+            child,
+            state: state.to_path_buf(),
+            socket,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !agent.socket.exists() || !agent.state.join("store.db").exists() {
+            if Instant::now() > deadline {
+                bail!("weft agent did not start (no {})", agent.socket.display());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(agent)
+    }
+
+    /// What the agent gives the delegates it runs.
+    fn delegate_env(&self) -> Vec<(String, String)> {
+        let store = std::fs::canonicalize(self.state.join("store.db")).unwrap_or_default();
+        vec![
+            ("WEFT_IPAM_SOCKET".into(), self.socket.display().to_string()),
+            ("WEFT_IPAM_STORE".into(), format!("sqlite:{}", store.display())),
+        ]
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 fn ms(d: Duration) -> f64 {

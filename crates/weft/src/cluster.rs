@@ -56,6 +56,23 @@ pub async fn open_store(state: &Path) -> anyhow::Result<Arc<dyn Store>> {
     }
 }
 
+/// How a store is named when the agent and a `weft-ipam` process compare theirs: the canonical
+/// path of the embedded store file, of a kubeconfig, or `in-cluster`. `None` when it cannot be
+/// named (the file does not exist): then nothing matches it.
+pub fn store_identity(target: &StoreTarget, state: &Path) -> Option<String> {
+    let canonical = |path: &Path| std::fs::canonicalize(path).ok().map(|p| p.display().to_string());
+    match target {
+        StoreTarget::Embedded => canonical(&state.join(STORE_FILE)).map(|p| format!("sqlite:{p}")),
+        StoreTarget::Kubernetes(Some(kubeconfig)) => canonical(kubeconfig).map(|p| format!("kubeconfig:{p}")),
+        StoreTarget::Kubernetes(None) => Some("in-cluster".into()),
+    }
+}
+
+/// The store this process was told to use.
+pub fn target() -> StoreTarget {
+    TARGET.get().cloned().unwrap_or_default()
+}
+
 /// Every kind weft reads or writes.
 pub fn known_types() -> Vec<ResourceType> {
     vec![

@@ -1,5 +1,7 @@
-//! `weft-ipam`: the IPAM plugin. Opens the cluster store — the Kubernetes API when the config
-//! names a kubeconfig (`ipam.kubernetes.kubeconfig`, whereabouts' key), else the embedded store
+//! `weft-ipam`: the IPAM plugin. Run by a delegate of the node agent, it hands the request to the
+//! agent when the agent serves the store its config names (`/ipam`, see `agent::ipam`).
+//! Otherwise it opens the cluster store itself — the Kubernetes API when the config names a
+//! kubeconfig (`ipam.kubernetes.kubeconfig`, whereabouts' key), else the embedded store
 //! (`ipam.stateDir`, else `$WEFT_STATE_DIR`, else /var/lib/weft) — and lets `weft_ipam`
 //! allocate, release, check, report status and collect garbage.
 
@@ -72,8 +74,46 @@ fn kubeconfig(request: &PluginRequest) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
+/// The agent socket to hand this request to: set by the agent for its delegates, and only when
+/// the agent serves the very store this request's config names.
+fn agent_socket(request: &PluginRequest) -> Option<PathBuf> {
+    let socket = std::env::var_os(crate::protocol::IPAM_SOCKET_ENV)?;
+    let agents_store = std::env::var(crate::protocol::IPAM_STORE_ENV).ok()?;
+    let target = match kubeconfig(request) {
+        Some(path) => crate::cluster::StoreTarget::Kubernetes(Some(path)),
+        None => crate::cluster::StoreTarget::Embedded,
+    };
+    let ours = crate::cluster::store_identity(&target, &state_dir(request))?;
+    (ours == agents_store).then(|| PathBuf::from(socket))
+}
+
+/// Let the agent answer; `None` when no agent answered (the plugin then does the work itself:
+/// every verb is idempotent, so a request the agent handled before dying is safe to redo).
+fn through_agent(
+    socket: &std::path::Path,
+    request: &PluginRequest,
+) -> Option<Result<Option<CniResult>, CniError>> {
+    let env = std::env::vars().filter(|(k, _)| k.starts_with("CNI_")).collect();
+    let body = crate::protocol::CniRequest::new(env, &request.config.to_bytes());
+    match crate::shim::call_agent(socket, crate::protocol::IPAM_PATH, &body) {
+        Ok(None) => Some(Ok(None)),
+        Ok(Some(value)) => Some(weft_cni::result_from_value(value).map(Some).map_err(|e| {
+            CniError::new(
+                codes::DECODING_FAILURE,
+                "weft agent returned an invalid IPAM result",
+            )
+            .with_details(e.to_string())
+        })),
+        Err(crate::shim::AgentCall::Failed(error)) => Some(Err(error)),
+        Err(crate::shim::AgentCall::Unreachable(_)) => None,
+    }
+}
+
 impl IpamPlugin {
     fn call(&self, request: &PluginRequest) -> Result<Option<CniResult>, CniError> {
+        if let Some(answer) = agent_socket(request).and_then(|socket| through_agent(&socket, request)) {
+            return answer;
+        }
         let node = std::env::var("WEFT_NODE_NAME").unwrap_or_default();
         let ipam_request = weft_ipam::IpamRequest::from_plugin_request(request, node);
         match kubeconfig(request) {

@@ -39,33 +39,47 @@ impl Shim {
         let config = Value::Object(request.config.as_object().clone());
         let socket = socket_path(&config);
         let body = CniRequest::new(self.env.clone(), &request.config.to_bytes());
-        let (status, bytes) = post(
-            &socket,
-            protocol::CNI_PATH,
-            &serde_json::to_vec(&body).unwrap_or_default(),
-        )
-        .map_err(|e| {
-            CniError::new(
+        call_agent(&socket, protocol::CNI_PATH, &body).map_err(|failure| match failure {
+            AgentCall::Unreachable(details) => CniError::new(
                 codes::AGENT_UNREACHABLE,
                 format!("weft agent unreachable at {}", socket.display()),
             )
-            .with_details(e)
-        })?;
-        if status != 200 {
-            return Err(serde_json::from_slice::<CniError>(&bytes).unwrap_or_else(|_| {
+            .with_details(details),
+            AgentCall::Failed(error) => error,
+        })
+    }
+}
+
+/// Why a request to the agent has no answer.
+pub enum AgentCall {
+    /// No agent answered on the socket (nothing was done).
+    Unreachable(String),
+    /// The agent answered with a CNI error, or with something unreadable.
+    Failed(CniError),
+}
+
+/// Send `request` to the agent's `path` and return the result it answered (ADD) or `None`.
+pub fn call_agent(socket: &Path, path: &str, request: &CniRequest) -> Result<Option<Value>, AgentCall> {
+    let body = serde_json::to_vec(request).unwrap_or_default();
+    let (status, bytes) = post(socket, path, &body).map_err(AgentCall::Unreachable)?;
+    if status != 200 {
+        return Err(AgentCall::Failed(
+            serde_json::from_slice::<CniError>(&bytes).unwrap_or_else(|_| {
                 CniError::new(
                     codes::AGENT_UNREACHABLE,
                     format!("weft agent answered HTTP {status}"),
                 )
                 .with_details(String::from_utf8_lossy(&bytes).into_owned())
-            }));
-        }
-        let response: CniResponse = serde_json::from_slice(&bytes).map_err(|e| {
-            CniError::new(codes::DECODING_FAILURE, "weft agent sent an unreadable response")
-                .with_details(e.to_string())
-        })?;
-        Ok(response.result)
+            }),
+        ));
     }
+    let response: CniResponse = serde_json::from_slice(&bytes).map_err(|e| {
+        AgentCall::Failed(
+            CniError::new(codes::DECODING_FAILURE, "weft agent sent an unreadable response")
+                .with_details(e.to_string()),
+        )
+    })?;
+    Ok(response.result)
 }
 
 impl Plugin for Shim {

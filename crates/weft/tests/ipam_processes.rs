@@ -24,6 +24,8 @@ use serde_json::{Value, json};
 /// A temp dir holding a `weft-ipam` symlink to the binary under test and the store's state dir.
 struct Plugin {
     dir: tempfile::TempDir,
+    /// Extra environment of every process (what a node agent gives its delegates).
+    env: Vec<(String, String)>,
 }
 
 /// What one plugin process answered.
@@ -41,7 +43,7 @@ impl Plugin {
     fn new() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         std::os::unix::fs::symlink(weft_bin(), dir.path().join("weft-ipam")).expect("symlink weft-ipam");
-        Self { dir }
+        Self { dir, env: Vec::new() }
     }
 
     fn state(&self) -> PathBuf {
@@ -68,6 +70,9 @@ impl Plugin {
             .env("CNI_ARGS", cni_args)
             .env_remove("WEFT_STATE_DIR")
             .env_remove("WEFT_NODE_NAME")
+            .env_remove("WEFT_IPAM_SOCKET")
+            .env_remove("WEFT_IPAM_STORE")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -85,13 +90,21 @@ impl Plugin {
 
     /// Rows of `weft ipam list`: (ip, container).
     fn listed(&self) -> Vec<(Ipv4Addr, String)> {
+        self.listed_with_node()
+            .into_iter()
+            .map(|(ip, c, _)| (ip, c))
+            .collect()
+    }
+
+    /// Rows of `weft ipam list`: (ip, container, node or "").
+    fn listed_with_node(&self) -> Vec<(Ipv4Addr, String, String)> {
         let out = weft(&self.state(), &["ipam", "list"]);
         assert!(out.status.success(), "{}", text(&out));
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let mut lines = stdout.lines();
         let header: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
         let col = |name: &str| header.iter().position(|h| *h == name).expect("ipam list column");
-        let (ip_col, container_col) = (col("IP"), col("CONTAINER"));
+        let (ip_col, container_col, node_col) = (col("IP"), col("CONTAINER"), col("NODE"));
         lines
             .filter(|l| !l.trim().is_empty())
             .map(|l| {
@@ -99,7 +112,8 @@ impl Plugin {
                 let ip = cells[ip_col]
                     .parse()
                     .unwrap_or_else(|e| panic!("ipam list row {l:?}: {e}"));
-                (ip, cells[container_col].to_string())
+                let node = cells.get(node_col).copied().unwrap_or_default();
+                (ip, cells[container_col].to_string(), node.to_string())
             })
             .collect()
     }
@@ -586,4 +600,114 @@ fn concurrent_first_open_survives_a_killed_creator() {
         );
     }
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// A `weft agent` serving `state`'s embedded store on its own socket; killed on drop.
+struct AgentProcess {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl AgentProcess {
+    fn start(state: &std::path::Path, node: &str) -> Self {
+        std::fs::create_dir_all(state).unwrap();
+        let socket = state.join("agent/weft.sock");
+        let child = Command::new(weft_bin())
+            .arg("--state-dir")
+            .arg(state)
+            .args(["--log", "warn", "agent", "--node", node])
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--cache-dir")
+            .arg(state.join("cache"))
+            .arg("--conf-dir")
+            .arg(state.join("net.d"))
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start weft agent");
+        let agent = Self { child, socket };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !agent.socket.exists() || !state.join("store.db").exists() {
+            assert!(Instant::now() < deadline, "the agent did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        agent
+    }
+
+    /// The variables the agent gives its delegates, naming `store` as the store it serves.
+    fn delegate_env(&self, store: &std::path::Path) -> Vec<(String, String)> {
+        let store = std::fs::canonicalize(store).expect("the store file exists");
+        vec![
+            ("WEFT_IPAM_SOCKET".into(), self.socket.display().to_string()),
+            ("WEFT_IPAM_STORE".into(), format!("sqlite:{}", store.display())),
+        ]
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Delegated `weft-ipam` processes hand their requests to the node agent that serves their
+/// store: 48 at once get distinct addresses, recorded with the agent's node (the processes
+/// themselves have no node name). A config naming another store, or an agent that is gone,
+/// makes the process do the work itself, on the same reservations.
+#[test]
+fn delegated_processes_go_through_the_agent_serving_their_store() {
+    let mut plugin = Plugin::new();
+    let agent = AgentProcess::start(&plugin.state(), "agent-node");
+    plugin.env = agent.delegate_env(&plugin.state().join("store.db"));
+    let config = plugin.config("10.77.12.0/24", json!({}));
+
+    let ids: Vec<String> = (0..48).map(|i| format!("via-agent-{i}")).collect();
+    let replies = all_at_once(&plugin, "ADD", &ids, &config);
+    let addresses: BTreeSet<Ipv4Net> = replies
+        .iter()
+        .map(|r| match r {
+            Reply::Ok(Some(net)) => *net,
+            other => panic!("ADD through the agent: {other:?}"),
+        })
+        .collect();
+    assert_eq!(addresses.len(), ids.len(), "distinct addresses");
+    let rows = plugin.listed_with_node();
+    assert_eq!(rows.len(), ids.len());
+    assert!(rows.iter().all(|(_, _, node)| node == "agent-node"), "{rows:?}");
+
+    // Another store named: the process opens its own config's store, with no node.
+    let mut elsewhere = plugin.env.clone();
+    elsewhere[1].1 = "sqlite:/nonexistent/store.db".into();
+    let direct_env = std::mem::replace(&mut plugin.env, elsewhere);
+    assert!(matches!(
+        plugin.run("ADD", "direct-1", "", &config),
+        Reply::Ok(Some(_))
+    ));
+    plugin.env = direct_env;
+
+    // The agent gone: same again, and the agent's reservations are still honoured.
+    drop(agent);
+    let fallback = plugin.run("ADD", "fallback-1", "", &config);
+    let Reply::Ok(Some(net)) = fallback else {
+        panic!("ADD without the agent: {fallback:?}")
+    };
+    assert!(!addresses.contains(&net), "{net} was already handed out");
+    let rows = plugin.listed_with_node();
+    let by_container = |prefix: &str| rows.iter().filter(|(_, c, _)| c.starts_with(prefix)).count();
+    assert_eq!(by_container("direct-1"), 1);
+    assert_eq!(by_container("fallback-1"), 1);
+    assert!(
+        rows.iter()
+            .filter(|(_, c, _)| !c.starts_with("via-agent"))
+            .all(|(_, _, node)| node.is_empty()),
+        "{rows:?}"
+    );
+
+    let mut everyone = ids.clone();
+    everyone.extend(["direct-1".to_string(), "fallback-1".to_string()]);
+    for reply in all_at_once(&plugin, "DEL", &everyone, &config) {
+        assert_eq!(reply, Reply::Ok(None));
+    }
+    assert_eq!(plugin.listed(), vec![]);
 }

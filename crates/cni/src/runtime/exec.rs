@@ -90,6 +90,9 @@ pub struct ProcessExec {
     /// Run the plugin in this network namespace (a `/run/netns/...` path) instead of ours:
     /// where host-side links (bridges, veth peers) are created. `None`: our own netns.
     pub netns: Option<PathBuf>,
+    /// Variables added to every plugin's environment (and so to the IPAM plugins it runs):
+    /// how a delegated `weft-ipam` finds the node agent.
+    pub extra_env: Vec<(String, String)>,
 }
 
 impl Default for ProcessExec {
@@ -97,6 +100,7 @@ impl Default for ProcessExec {
         Self {
             timeout: Duration::from_secs(60),
             netns: None,
+            extra_env: Vec::new(),
         }
     }
 }
@@ -133,6 +137,7 @@ impl PluginExec for ProcessExec {
             }
         }
         command
+            .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -308,6 +313,21 @@ mod tests {
     }
 
     #[test]
+    fn extra_env_reaches_the_plugin_and_cni_variables_win() {
+        let dir = tempfile::tempdir().unwrap();
+        let echo = script(dir.path(), "echo", r#"printf '%s|%s' "$WEFT_X" "$CNI_IFNAME""#);
+        let exec = ProcessExec {
+            extra_env: vec![
+                ("WEFT_X".into(), "agent".into()),
+                ("CNI_IFNAME".into(), "no".into()),
+            ],
+            ..ProcessExec::default()
+        };
+        let env = [("CNI_IFNAME".to_string(), "eth0".to_string())];
+        assert_eq!(exec.exec(&echo, &env, b"").unwrap(), b"agent|eth0");
+    }
+
+    #[test]
     fn large_stdin_is_written_without_deadlock() {
         let dir = tempfile::tempdir().unwrap();
         let wc = script(dir.path(), "wc", "wc -c");
@@ -344,7 +364,7 @@ mod tests {
         let slow = script(dir.path(), "slow", "exec sleep 30");
         let exec = ProcessExec {
             timeout: Duration::from_millis(200),
-            netns: None,
+            ..ProcessExec::default()
         };
         let started = Instant::now();
         assert!(matches!(exec.exec(&slow, &[], b""), Err(ExecError::Timeout(_))));

@@ -178,6 +178,12 @@ impl CniRuntime<ProcessExec> {
         self
     }
 
+    /// Adds `vars` to every plugin's environment (inherited by the IPAM plugins it runs).
+    pub fn with_env(mut self, vars: impl IntoIterator<Item = (String, String)>) -> Self {
+        self.executor.extra_env.extend(vars);
+        self
+    }
+
     /// Runs plugins inside the network namespace at `netns` (host-side links land there).
     pub fn in_netns(mut self, netns: impl Into<PathBuf>) -> Self {
         self.executor.netns = Some(netns.into());

@@ -183,8 +183,9 @@ async fn execute<T: Send + 'static>(
 ) -> Result<T, CniError> {
     let search = agent.args.cni_bin_dirs.clone();
     let parallelism = agent.args.parallel_delegates;
+    let env = agent.delegate_env();
     tokio::task::spawn_blocking(move || {
-        let cni = CniRuntime::new(search);
+        let cni = CniRuntime::new(search).with_env(env);
         let routes = NetnsRouteEditor;
         f(&Executor::new(&cni, &routes).with_parallelism(parallelism))
     })

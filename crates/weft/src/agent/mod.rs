@@ -4,6 +4,7 @@
 mod autoconf;
 mod cni;
 mod dynamic;
+mod ipam;
 mod metrics;
 mod routes;
 mod server;
@@ -64,8 +65,12 @@ pub struct Agent {
     pub args: AgentArgs,
     /// State directory (local cluster: logs, pids, guest images).
     pub state_dir: PathBuf,
-    /// The cluster store.
+    /// The cluster store (served from watch caches on Kubernetes).
     pub store: Arc<dyn Store>,
+    /// The cluster store without caches: IPAM's reads must see every write at once.
+    pub ipam_store: Arc<dyn Store>,
+    /// How delegated `weft-ipam` processes recognise the agent's store (see `/ipam`).
+    pub store_identity: Option<String>,
     /// The daemon config overlaid on every request.
     pub daemon_config: serde_json::Map<String, serde_json::Value>,
     /// Metrics.
@@ -78,6 +83,16 @@ impl Agent {
         cni::handle(self, request, false).await
     }
 
+    /// Handle an `/ipam` request from a delegated `weft-ipam`.
+    pub async fn handle_ipam(&self, request: CniRequest) -> Result<Option<serde_json::Value>, CniError> {
+        ipam::handle(self, request).await
+    }
+
+    /// The variables every delegate gets (how a delegated `weft-ipam` finds the agent).
+    pub fn delegate_env(&self) -> Vec<(String, String)> {
+        ipam::delegate_env(self)
+    }
+
     /// Handle a `/delegate` (single attachment, hot-plug) request.
     pub async fn handle_delegate(&self, request: CniRequest) -> Result<Option<serde_json::Value>, CniError> {
         cni::handle(self, request, true).await
@@ -87,6 +102,8 @@ impl Agent {
 /// `weft agent`: serve until SIGTERM/SIGINT.
 pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
     let mut store = crate::cluster::open_store(state).await?;
+    let ipam_store = store.clone();
+    let store_identity = crate::cluster::store_identity(&crate::cluster::target(), state);
     if crate::cluster::is_kubernetes() {
         // The hot path reads pods and NADs on every CNI request: serve them from watch caches.
         let cached = weft_store::CachedStore::new(
@@ -110,6 +127,8 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
         args: args.clone(),
         state_dir: state.to_path_buf(),
         store,
+        ipam_store,
+        store_identity,
         daemon_config,
         metrics: Metrics::default(),
     });

@@ -1,4 +1,4 @@
-//! The agent's HTTP API on its root-only Unix socket: `/cni`, `/delegate`, `/healthz`,
+//! The agent's HTTP API on its root-only Unix socket: `/cni`, `/delegate`, `/ipam`, `/healthz`,
 //! `/readyz`, `/metrics`.
 
 use std::os::unix::fs::PermissionsExt;
@@ -30,15 +30,25 @@ fn cni_error(err: CniError) -> Response {
     (StatusCode::BAD_REQUEST, Json(err)).into_response()
 }
 
-/// Run one request (`single`: a `/delegate` request), record its metrics, answer it.
-async fn answer(state: &ServerState, request: CniRequest, single: bool) -> Response {
+/// Which endpoint a request came to.
+#[derive(Clone, Copy)]
+enum Endpoint {
+    Cni,
+    Delegate,
+    Ipam,
+}
+
+/// Run one request, record its metrics (verbs of `/delegate` and `/ipam` are prefixed), answer it.
+async fn answer(state: &ServerState, request: CniRequest, endpoint: Endpoint) -> Response {
     let verb = request.var("CNI_COMMAND").to_string();
-    let verb = if single { format!("delegate-{verb}") } else { verb };
     let started = Instant::now();
-    let outcome = if single {
-        state.agent.handle_delegate(request).await
-    } else {
-        state.agent.handle_cni(request).await
+    let (verb, outcome) = match endpoint {
+        Endpoint::Cni => (verb, state.agent.handle_cni(request).await),
+        Endpoint::Delegate => (
+            format!("delegate-{verb}"),
+            state.agent.handle_delegate(request).await,
+        ),
+        Endpoint::Ipam => (format!("ipam-{verb}"), state.agent.handle_ipam(request).await),
     };
     state
         .agent
@@ -51,11 +61,15 @@ async fn answer(state: &ServerState, request: CniRequest, single: bool) -> Respo
 }
 
 async fn cni(State(state): State<Arc<ServerState>>, Json(request): Json<CniRequest>) -> Response {
-    answer(&state, request, false).await
+    answer(&state, request, Endpoint::Cni).await
 }
 
 async fn delegate(State(state): State<Arc<ServerState>>, Json(request): Json<CniRequest>) -> Response {
-    answer(&state, request, true).await
+    answer(&state, request, Endpoint::Delegate).await
+}
+
+async fn ipam(State(state): State<Arc<ServerState>>, Json(request): Json<CniRequest>) -> Response {
+    answer(&state, request, Endpoint::Ipam).await
 }
 
 async fn readyz(State(state): State<Arc<ServerState>>) -> StatusCode {
@@ -75,6 +89,7 @@ pub fn router(state: Arc<ServerState>) -> axum::Router {
     axum::Router::new()
         .route(crate::protocol::CNI_PATH, post(cni))
         .route(crate::protocol::DELEGATE_PATH, post(delegate))
+        .route(crate::protocol::IPAM_PATH, post(ipam))
         .route(
             "/healthz",
             get(|| async { StatusCode::OK }).post(|| async { StatusCode::OK }),
