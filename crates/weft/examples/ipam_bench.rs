@@ -241,7 +241,7 @@ fn arg(n: usize, default: usize) -> Result<usize> {
 
 /// Child mode: one ADD or DEL done the way the plugin does it (request parse, runtime start,
 /// store open, `weft_ipam::handle`), timed step by step; prints the microseconds of each step
-/// and exits without closing the store, as the plugin process does.
+/// (the store opened with one connection, as the plugin opens it) and exits.
 fn profile_one(verb: &str, container: &str, config: &str) -> Result<()> {
     let t = Instant::now();
     let env = [
@@ -257,12 +257,16 @@ fn profile_one(verb: &str, container: &str, config: &str) -> Result<()> {
     )?;
     let parsed = t.elapsed();
     let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
+        .enable_time()
         .build()?;
     let runtime_started = t.elapsed();
     let state: Value = serde_json::from_str(config)?;
     let path = Path::new(state["ipam"]["stateDir"].as_str().context("stateDir")?).join("store.db");
-    let store = weft_store::SqliteStore::open(path)?.shared();
+    let options = weft_store::SqliteOptions {
+        single_connection: true,
+        ..weft_store::SqliteOptions::default()
+    };
+    let store = weft_store::SqliteStore::open_with(path, options)?.shared();
     let opened = t.elapsed();
     let outcome = runtime.block_on(weft_ipam::handle(request, store.clone()));
     let handled = t.elapsed();
