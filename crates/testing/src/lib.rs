@@ -1,6 +1,8 @@
 //! Test support shared by the root tests of several crates: throwaway network namespaces and
 //! commands run in them.
 
+pub mod agent;
+
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::process::{Command, Output};

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
+use weft_testing::agent::AgentProcess;
 
 /// The pool every plugin allocates from.
 const RANGE: &str = "10.77.0.0/24";
@@ -382,7 +383,7 @@ fn main() -> Result<()> {
     let mut total_duplicates = 0;
     for round in 0..rounds {
         let dir = tmp.path().join(format!("round-{round}"));
-        let agent = Agent::start(&weft_binary()?, &dir.join("weft-agent"))?;
+        let agent = AgentProcess::start(&weft_binary()?, &dir.join("weft-agent"), "bench")?;
         let subjects = [
             Subject {
                 name: "/bin/true",
@@ -461,7 +462,7 @@ fn main() -> Result<()> {
     println!("  duplicates: {total_duplicates}");
 
     let dir = tmp.path().join("lone");
-    let agent = Agent::start(&weft_binary()?, &dir.join("weft-agent"))?;
+    let agent = AgentProcess::start(&weft_binary()?, &dir.join("weft-agent"), "bench")?;
     let lone =
         |name: &'static str, program: &Path, config: Option<Value>, env: Vec<(String, String)>| Subject {
             name,
@@ -526,64 +527,6 @@ fn weft_config(state: &Path) -> Value {
 fn host_local_config(data: &Path) -> Value {
     json!({"cniVersion": "1.0.0", "name": "blue", "type": "bridge",
         "ipam": {"type": "host-local", "ranges": [[{"subnet": RANGE, "gateway": GATEWAY}]], "dataDir": data}})
-}
-
-/// A `weft agent` on its own embedded store, as on a node: delegated `weft-ipam` processes
-/// hand their requests to it. Stopped on drop.
-struct Agent {
-    child: std::process::Child,
-    state: PathBuf,
-    socket: PathBuf,
-}
-
-impl Agent {
-    fn start(weft: &Path, state: &Path) -> Result<Self> {
-        std::fs::create_dir_all(state)?;
-        let socket = state.join("agent/weft.sock");
-        let child = Command::new(weft)
-            .arg("--state-dir")
-            .arg(state)
-            .args(["--log", "warn", "agent", "--node", "bench"])
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--cache-dir")
-            .arg(state.join("cache"))
-            .arg("--conf-dir")
-            .arg(state.join("net.d"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .context("start weft agent")?;
-        let agent = Self {
-            child,
-            state: state.to_path_buf(),
-            socket,
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !agent.socket.exists() || !agent.state.join("store.db").exists() {
-            if Instant::now() > deadline {
-                bail!("weft agent did not start (no {})", agent.socket.display());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(agent)
-    }
-
-    /// What the agent gives the delegates it runs.
-    fn delegate_env(&self) -> Vec<(String, String)> {
-        let store = std::fs::canonicalize(self.state.join("store.db")).unwrap_or_default();
-        vec![
-            ("WEFT_IPAM_SOCKET".into(), self.socket.display().to_string()),
-            ("WEFT_IPAM_STORE".into(), format!("sqlite:{}", store.display())),
-        ]
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn ms(d: Duration) -> f64 {

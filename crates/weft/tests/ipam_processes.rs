@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use common::{text, weft, weft_bin};
 use ipnet::Ipv4Net;
 use serde_json::{Value, json};
+use weft_testing::agent::AgentProcess;
 
 /// A temp dir holding a `weft-ipam` symlink to the binary under test and the store's state dir.
 struct Plugin {
@@ -602,55 +603,6 @@ fn concurrent_first_open_survives_a_killed_creator() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
-/// A `weft agent` serving `state`'s embedded store on its own socket; killed on drop.
-struct AgentProcess {
-    child: Child,
-    socket: PathBuf,
-}
-
-impl AgentProcess {
-    fn start(state: &std::path::Path, node: &str) -> Self {
-        std::fs::create_dir_all(state).unwrap();
-        let socket = state.join("agent/weft.sock");
-        let child = Command::new(weft_bin())
-            .arg("--state-dir")
-            .arg(state)
-            .args(["--log", "warn", "agent", "--node", node])
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--cache-dir")
-            .arg(state.join("cache"))
-            .arg("--conf-dir")
-            .arg(state.join("net.d"))
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start weft agent");
-        let agent = Self { child, socket };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !agent.socket.exists() || !state.join("store.db").exists() {
-            assert!(Instant::now() < deadline, "the agent did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        agent
-    }
-
-    /// The variables the agent gives its delegates, naming `store` as the store it serves.
-    fn delegate_env(&self, store: &std::path::Path) -> Vec<(String, String)> {
-        let store = std::fs::canonicalize(store).expect("the store file exists");
-        vec![
-            ("WEFT_IPAM_SOCKET".into(), self.socket.display().to_string()),
-            ("WEFT_IPAM_STORE".into(), format!("sqlite:{}", store.display())),
-        ]
-    }
-}
-
-impl Drop for AgentProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Delegated `weft-ipam` processes hand their requests to the node agent that serves their
 /// store: 48 at once get distinct addresses, recorded with the agent's node (the processes
 /// themselves have no node name). A config naming another store, or an agent that is gone,
@@ -658,8 +610,8 @@ impl Drop for AgentProcess {
 #[test]
 fn delegated_processes_go_through_the_agent_serving_their_store() {
     let mut plugin = Plugin::new();
-    let agent = AgentProcess::start(&plugin.state(), "agent-node");
-    plugin.env = agent.delegate_env(&plugin.state().join("store.db"));
+    let agent = AgentProcess::start(&weft_bin(), &plugin.state(), "agent-node").expect("start the agent");
+    plugin.env = agent.delegate_env();
     let config = plugin.config("10.77.12.0/24", json!({}));
 
     let ids: Vec<String> = (0..48).map(|i| format!("via-agent-{i}")).collect();
