@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use weft_netconf::NetworkAttachmentDefinition;
 
+use crate::devices::PodDeviceEntry;
+
 /// A path as seen by the caller.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PathEntry {
@@ -25,6 +27,11 @@ pub trait NetworkCatalog {
     fn conf_dir_files(&self) -> &[(String, Vec<u8>)];
     /// A path named by `clusterNetwork` / `defaultNetworks`.
     fn path(&self, path: &str) -> PathEntry;
+    /// The kubelet's device allocations (every pod's; planning picks the pod's). Asked only
+    /// when a planned NAD names a resource.
+    fn pod_devices(&self) -> Vec<PodDeviceEntry> {
+        Vec::new()
+    }
 }
 
 /// An in-memory catalog (tests, and the agent's snapshot of its caches).
@@ -36,6 +43,8 @@ pub struct MemoryCatalog {
     pub conf_dir_files: Vec<(String, Vec<u8>)>,
     /// Paths by their full name.
     pub paths: BTreeMap<String, PathEntry>,
+    /// The kubelet's device allocations.
+    pub devices: Vec<PodDeviceEntry>,
 }
 
 impl MemoryCatalog {
@@ -53,6 +62,12 @@ impl MemoryCatalog {
     pub fn with_conf_file(mut self, file: &str, contents: &str) -> Self {
         self.conf_dir_files
             .push((file.into(), contents.as_bytes().to_vec()));
+        self
+    }
+
+    /// Add device allocations.
+    pub fn with_devices(mut self, entries: Vec<PodDeviceEntry>) -> Self {
+        self.devices.extend(entries);
         self
     }
 
@@ -75,5 +90,8 @@ impl NetworkCatalog for MemoryCatalog {
             .get(path)
             .cloned()
             .unwrap_or_else(|| PathEntry::Missing(format!("stat {path}: no such file or directory")))
+    }
+    fn pod_devices(&self) -> Vec<PodDeviceEntry> {
+        self.devices.clone()
     }
 }

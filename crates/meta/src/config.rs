@@ -111,6 +111,11 @@ pub struct MetaConfig {
     /// `runtimeConfigToAllDelegates` (weft): give the runtime's `runtimeConfig` to every
     /// delegate, as Multus does, instead of only to the cluster network (NPWG §7.5).
     pub runtime_config_to_all_delegates: bool,
+    /// `deviceCheckpointFile` (weft): the kubelet device-plugin checkpoint read for NADs
+    /// with a `resourceName` (default: the kubelet's path).
+    pub device_checkpoint_file: String,
+    /// `deviceInfoDir` (weft): base directory of device-info files (`dp/`, `cni/`).
+    pub device_info_dir: String,
     /// Every key as given.
     pub raw: Map<String, Value>,
 }
@@ -162,6 +167,10 @@ struct Wire {
     runtime_config: Option<Map<String, Value>>,
     #[serde(default)]
     runtime_config_to_all_delegates: Option<bool>,
+    #[serde(default)]
+    device_checkpoint_file: Option<String>,
+    #[serde(default)]
+    device_info_dir: Option<String>,
 }
 
 fn or_default(value: Option<String>, default: &str) -> String {
@@ -233,6 +242,11 @@ impl MetaConfig {
             retry_delete_on_error: wire.retry_delete_on_error.unwrap_or(false),
             runtime_config: wire.runtime_config.unwrap_or_default(),
             runtime_config_to_all_delegates: wire.runtime_config_to_all_delegates.unwrap_or(false),
+            device_checkpoint_file: or_default(
+                wire.device_checkpoint_file,
+                crate::devices::DEFAULT_CHECKPOINT_FILE,
+            ),
+            device_info_dir: or_default(wire.device_info_dir, crate::devices::DEFAULT_DEVICE_INFO_DIR),
             raw,
         })
     }

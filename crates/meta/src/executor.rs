@@ -11,6 +11,7 @@ use weft_cni::{
 };
 use weft_netconf::{NetworkStatus, network_statuses};
 
+use crate::devices::{DeviceAttachment, parse_device_info};
 use crate::gateway::{RouteAction, apply_route_action};
 use crate::plan::{AttachmentRequest, DelegatePlan};
 use crate::teardown::{add_failure_message, rollback_order};
@@ -185,7 +186,10 @@ impl<'a, E: PluginExec> Executor<'a, E> {
         let statuses = plans
             .iter()
             .zip(&results)
-            .flat_map(|(plan, result)| network_statuses(result, &plan.display_name, plan.is_master, None))
+            .flat_map(|(plan, result)| {
+                let device_info = plan.device.as_ref().and_then(read_device_info);
+                network_statuses(result, &plan.display_name, plan.is_master, device_info.as_ref())
+            })
             .collect();
         Ok(AddOutcome {
             result: results.get(master).cloned().unwrap_or_default(),
@@ -310,6 +314,10 @@ impl<'a, E: PluginExec> Executor<'a, E> {
 
     fn add_one(&self, request: &AttachmentRequest, plan: &DelegatePlan) -> Result<CniResult, String> {
         let delegate = delegate_of(plan)?;
+        if let Some(device) = &plan.device {
+            // Best effort, as Multus: the device plugin may not write device-info at all.
+            let _ = copy_device_info(device);
+        }
         let result = delegate
             .add(self.cni, &runtime_conf(request, plan, plan.add_cni_args()))
             .map_err(|e: DelegateError| e.to_string())?;
@@ -329,6 +337,9 @@ impl<'a, E: PluginExec> Executor<'a, E> {
         plan: &DelegatePlan,
         cached: Option<&CniResult>,
     ) -> Result<(), String> {
+        if let Some(device) = &plan.device {
+            let _ = std::fs::remove_file(&device.cni_device_info_file);
+        }
         match delegate_of(plan)?.del(
             self.cni,
             &runtime_conf(request, plan, plan.del_cni_args()),
@@ -349,6 +360,38 @@ fn only_missing_plugins(error: &weft_cni::runtime::DelegateError) -> bool {
         DelegateError::Multiple(errors) => errors.iter().all(only_missing_plugins),
         _ => false,
     }
+}
+
+/// Copy the device plugin's device-info file to the attachment's (mode 0444, never over an
+/// existing file; Multus `CopyDeviceInfoForCNIFromDP`).
+fn copy_device_info(device: &DeviceAttachment) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if device.dp_device_info_file.is_empty() {
+        return Ok(());
+    }
+    let bytes = std::fs::read(&device.dp_device_info_file)?;
+    if parse_device_info(&bytes).is_none() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "device-plugin device-info is not a JSON object",
+        ));
+    }
+    let target = std::path::Path::new(&device.cni_device_info_file);
+    if let Some(dir) = target.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o444)
+        .open(target)?
+        .write_all(&bytes)
+}
+
+/// The attachment's device-info file, whoever wrote it (`None` when absent or not an object).
+fn read_device_info(device: &DeviceAttachment) -> Option<serde_json::Value> {
+    parse_device_info(&std::fs::read(&device.cni_device_info_file).ok()?)
 }
 
 fn delegate_of(plan: &DelegatePlan) -> Result<Delegate, String> {

@@ -80,7 +80,8 @@ pub fn plan_error_code(error: &PlanError) -> u32 {
         | PlanError::CniArgs { .. }
         | PlanError::InvalidIfname { .. }
         | PlanError::DuplicateIfname { .. }
-        | PlanError::Gateway(_) => codes::INVALID_NETWORK_CONFIG,
+        | PlanError::Gateway(_)
+        | PlanError::DeviceId { .. } => codes::INVALID_NETWORK_CONFIG,
     }
 }
 

@@ -97,6 +97,7 @@ pub fn plan_hotplug_add(
         cni_args: delegate_cni_args(&request.k8s, &request.cni_args),
         requests,
         default_route: DefaultRoutePlan::default(),
+        device: None,
     })
 }
 

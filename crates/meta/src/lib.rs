@@ -7,6 +7,7 @@ pub mod args;
 pub mod cache;
 pub mod catalog;
 pub mod config;
+pub mod devices;
 pub mod executor;
 pub mod flow;
 pub mod gateway;
@@ -22,6 +23,10 @@ pub use args::{K8sArgs, delegate_cni_args, join_cni_args};
 pub use cache::{CACHE_VERSION, CacheError, CacheRecord, DelDecision, decide_del, gc_targets};
 pub use catalog::{MemoryCatalog, NetworkCatalog, PathEntry};
 pub use config::{ConfigError, LogLevel, MetaConfig, parse_global_namespaces};
+pub use devices::{
+    DeviceAllocator, DeviceAttachment, DeviceError, PodDeviceEntry, cni_device_info_path, device_attachment,
+    dp_device_info_path, parse_device_info, parse_kubelet_checkpoint, with_device_id,
+};
 pub use executor::{AddOutcome, Executor, ExecutorError, NoRouteEditor, RouteEditor};
 pub use flow::{AddDecision, AddError, DelPlan, PodLookup, decide_add, decide_del_plan, plan_error_code};
 pub use gateway::{DefaultRoutePlan, GatewayError, RouteAction, apply_route_action, plan_default_routes};

@@ -8,13 +8,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use weft_netconf::{
     AnnotationError, Bandwidth, DEFAULT_NETWORK_ANNOTATION, DelegateConfig, DelegateConfigError,
-    NETWORKS_ANNOTATION, NetworkSelectionElement, PortMapping, parse_default_network_annotation,
-    parse_networks_annotation,
+    NETWORKS_ANNOTATION, NetworkSelectionElement, PortMapping, RESOURCE_NAME_ANNOTATION,
+    parse_default_network_annotation, parse_networks_annotation,
 };
 
 use crate::args::{K8sArgs, delegate_cni_args};
 use crate::catalog::NetworkCatalog;
 use crate::config::MetaConfig;
+use crate::devices::{DeviceAllocator, DeviceAttachment, device_attachment, with_device_id};
 use crate::gateway::{DefaultRoutePlan, GatewayError, plan_default_routes};
 use crate::isolation::{IsolationError, check_isolation};
 use crate::resolve::{NetworkSource, ResolveError, Resolved, resolve_nad, resolve_static_network};
@@ -108,6 +109,10 @@ pub struct DelegatePlan {
     pub requests: AttachmentRequests,
     /// Default-route handling.
     pub default_route: DefaultRoutePlan,
+    /// The device given to a secondary delegate (from its NAD's resource name or the
+    /// element's `deviceID`) and its device-info files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<DeviceAttachment>,
 }
 
 impl DelegatePlan {
@@ -204,6 +209,14 @@ pub enum PlanError {
     /// Conflicting default-route requests.
     #[error(transparent)]
     Gateway(#[from] GatewayError),
+    /// The device ID could not be set in the configuration.
+    #[error("network {network}: cannot set deviceID: {source}")]
+    DeviceId {
+        /// The network.
+        network: String,
+        /// Why.
+        source: DelegateConfigError,
+    },
 }
 
 /// A delegate before naming and argument assembly.
@@ -211,6 +224,8 @@ struct Candidate {
     resolved: Resolved,
     is_master: bool,
     element: Option<NetworkSelectionElement>,
+    /// The NAD's `k8s.v1.cni.cncf.io/resourceName` (set only when the pod is known).
+    resource_name: String,
 }
 
 /// Plan an ADD (Multus `CmdAdd` steps 4–5): the cluster network (or inline `delegates`), the
@@ -230,7 +245,8 @@ pub fn plan_add(
             candidates.push(annotation_candidate(config, pod, catalog, element)?);
         }
     }
-    finish(config, request, candidates, false)
+    let mut devices = pod_devices(catalog, pod, &mut candidates);
+    finish(config, request, candidates, false, &mut devices)
 }
 
 /// Plan a DEL when there is no cache: as [`plan_add`], but a broken annotation, a missing NAD
@@ -260,8 +276,39 @@ pub fn plan_del_recompute(
             Err(e) => skipped.push(e),
         }
     }
+    let mut devices = pod_devices(catalog, pod, &mut candidates);
     // An invalid or duplicate ifname or an ECMP request must not stop a teardown.
-    Ok((finish(config, request, candidates, true)?, skipped))
+    Ok((finish(config, request, candidates, true, &mut devices)?, skipped))
+}
+
+/// With a known pod: the resource name of every NAD-backed candidate, and the pod's devices
+/// (multus.md §3.3.4; without a pod, no device is drawn).
+fn pod_devices(
+    catalog: &dyn NetworkCatalog,
+    pod: Option<&Pod>,
+    candidates: &mut [Candidate],
+) -> DeviceAllocator {
+    let Some(pod) = pod else {
+        return DeviceAllocator::default();
+    };
+    let mut any = false;
+    for c in candidates.iter_mut() {
+        let NetworkSource::Nad { namespace, name } = &c.resolved.source else {
+            continue;
+        };
+        if let Some(resource) = catalog
+            .nad(namespace, name)
+            .and_then(|nad| nad.metadata.annotations.get(RESOURCE_NAME_ANNOTATION))
+            .filter(|r| !r.is_empty())
+        {
+            c.resource_name = resource.clone();
+            any = true;
+        }
+    }
+    match any {
+        true => DeviceAllocator::for_pod(&catalog.pod_devices(), &pod.uid),
+        false => DeviceAllocator::default(),
+    }
 }
 
 fn static_candidates(
@@ -282,6 +329,7 @@ fn static_candidates(
                 },
                 is_master: index == 0,
                 element: None,
+                resource_name: String::new(),
             })
             .collect());
     }
@@ -298,6 +346,7 @@ fn static_candidates(
         resolved: cluster,
         is_master: true,
         element: None,
+        resource_name: String::new(),
     }];
     if !config.is_system_namespace(&request.k8s.pod_namespace) {
         for value in &config.default_networks {
@@ -312,6 +361,7 @@ fn static_candidates(
                 resolved,
                 is_master: false,
                 element: None,
+                resource_name: String::new(),
             });
         }
     }
@@ -350,6 +400,7 @@ fn apply_default_network_override(
             resolved,
             is_master: true,
             element: Some(element),
+            resource_name: String::new(),
         };
     }
     Ok(())
@@ -380,6 +431,7 @@ fn annotation_candidate(
         resolved: with_cni_args(resolved, &element)?,
         is_master: false,
         element: Some(element),
+        resource_name: String::new(),
     })
 }
 
@@ -421,12 +473,14 @@ pub fn merge_cni_args(
     })
 }
 
-/// `lenient` (DEL): naming and route conflicts do not fail the plan.
+/// `lenient` (DEL): naming and route conflicts do not fail the plan. Devices are drawn from
+/// `devices` in delegate order.
 fn finish(
     config: &MetaConfig,
     request: &AttachmentRequest,
     candidates: Vec<Candidate>,
     lenient: bool,
+    devices: &mut DeviceAllocator,
 ) -> Result<Vec<DelegatePlan>, PlanError> {
     let ifnames = assign_ifnames(request, &candidates, lenient)?;
     let route_requests: Vec<(&str, Option<&Vec<IpAddr>>)> = candidates
@@ -443,29 +497,59 @@ fn finish(
         other => other?,
     };
     let cni_args = delegate_cni_args(&request.k8s, &request.cni_args);
-    Ok(candidates
-        .into_iter()
-        .zip(ifnames)
-        .zip(routes)
-        .map(|((c, ifname), default_route)| {
-            let requests = c
-                .element
-                .as_ref()
-                .map(AttachmentRequests::from)
-                .unwrap_or_default();
-            DelegatePlan {
-                capability_args: capability_args(config, c.is_master, &requests),
-                display_name: c.resolved.display_name,
-                source: c.resolved.source,
-                config: c.resolved.config,
-                is_master: c.is_master,
-                ifname,
-                cni_args: cni_args.clone(),
-                requests,
-                default_route,
-            }
-        })
-        .collect())
+    let mut plans = Vec::with_capacity(candidates.len());
+    for ((c, ifname), default_route) in candidates.into_iter().zip(ifnames).zip(routes) {
+        let requests = c
+            .element
+            .as_ref()
+            .map(AttachmentRequests::from)
+            .unwrap_or_default();
+        let allocated = match c.resource_name.is_empty() {
+            true => None,
+            false => devices.next(&c.resource_name),
+        };
+        let mut config_to_run = c.resolved.config;
+        if let Some(id) = &allocated {
+            config_to_run = with_device_id(&config_to_run, id).map_err(|source| PlanError::DeviceId {
+                network: c.resolved.display_name.clone(),
+                source,
+            })?;
+        }
+        let mut capability_args = capability_args(config, c.is_master, &requests);
+        // Multus gives the master only the runtime's runtimeConfig: no device capability args.
+        let device = match c.is_master {
+            true => None,
+            false => device_attachment(
+                &config.device_info_dir,
+                &c.resource_name,
+                allocated,
+                &requests.device_id,
+                &c.resolved.display_name,
+                &request.container_id,
+                &ifname,
+            ),
+        };
+        if let Some(device) = &device {
+            capability_args.insert("deviceID".into(), Value::String(device.device_id.clone()));
+            capability_args.insert(
+                "CNIDeviceInfoFile".into(),
+                Value::String(device.cni_device_info_file.clone()),
+            );
+        }
+        plans.push(DelegatePlan {
+            capability_args,
+            display_name: c.resolved.display_name,
+            source: c.resolved.source,
+            config: config_to_run,
+            is_master: c.is_master,
+            ifname,
+            cni_args: cni_args.clone(),
+            requests,
+            default_route,
+            device,
+        });
+    }
+    Ok(plans)
 }
 
 /// Multus `getIfname`: the requested name, else `CNI_IFNAME` for the master, else `net<i>`

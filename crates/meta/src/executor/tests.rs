@@ -289,3 +289,67 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn device_info_is_copied_reported_and_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().display().to_string();
+    let config = MetaConfig::parse(
+        json!({"cniVersion":"1.0.0","clusterNetwork":"cluster","deviceInfoDir": base})
+            .to_string()
+            .as_bytes(),
+    )
+    .unwrap();
+    let mut catalog = MemoryCatalog::default()
+        .with_conf_file(
+            "10-c.conf",
+            r#"{"cniVersion":"1.0.0","name":"cluster","type":"ptp"}"#,
+        )
+        .with_nad("ns", "sriov", r#"{"cniVersion":"1.0.0","type":"sriov"}"#)
+        .with_devices(vec![crate::PodDeviceEntry {
+            pod_uid: "u".into(),
+            resource_name: "intel.com/sriov".into(),
+            device_ids: vec!["0000:03:00.1".into()],
+            ..Default::default()
+        }]);
+    catalog
+        .nads
+        .get_mut(&("ns".to_string(), "sriov".to_string()))
+        .unwrap()
+        .metadata
+        .annotations
+        .insert(
+            weft_netconf::RESOURCE_NAME_ANNOTATION.into(),
+            "intel.com/sriov".into(),
+        );
+    let dp = dir.path().join("dp/intel.com-sriov-0000:03:00.1-device.json");
+    std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
+    let info = json!({"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:03:00.1"}});
+    std::fs::write(&dp, info.to_string()).unwrap();
+    let (request, _) = plans("");
+    let pod = Pod {
+        namespace: "ns".into(),
+        name: "p".into(),
+        uid: "u".into(),
+        annotations: [(weft_netconf::NETWORKS_ANNOTATION.to_string(), "sriov".to_string())].into(),
+    };
+    let plans = plan_add(&config, &request, Some(&pod), &catalog).unwrap();
+    let cni_file = dir.path().join("cni/ns-sriov-ctr_net1");
+    assert_eq!(
+        plans[1].device.as_ref().unwrap().cni_device_info_file,
+        cni_file.display().to_string()
+    );
+    let cni = runtime(FakeExec::default());
+    let executor = Executor::new(&cni, &NoRouteEditor);
+    let outcome = executor.add(&request, &plans).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&cni_file).unwrap().permissions().mode() & 0o777,
+        0o444
+    );
+    assert_eq!(outcome.statuses[1].device_info.as_ref(), Some(&info));
+    assert_eq!(outcome.statuses[0].device_info, None);
+    executor.del(&request, &plans, &[None, None]).unwrap();
+    assert!(!cni_file.exists(), "DEL removes the device-info file");
+    assert!(dp.exists(), "the device plugin's file stays");
+}
