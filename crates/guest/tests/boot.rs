@@ -2,28 +2,19 @@
 //! netns, each bridge served by weft's own DHCP server; the guest reports both leases, the
 //! guest agent's view and pings to both bridge addresses over its serial console.
 
-use weft_testing as common;
+mod support;
 
 use std::net::Ipv4Addr;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Netns, can_run_root_test};
+use support::{boot_files_or_skip, bridge_with_tap, mac_bytes};
 use weft_dhcp::{ClasslessRoute, ServerConfig, bind_server_socket, spawn};
-use weft_guest::initramfs::DEFAULT_BUSYBOX;
-use weft_guest::kernel::kernel_dir;
-use weft_guest::{GuestNic, GuestSpec, PrepareError, RunningGuest, prepare_boot_files};
+use weft_guest::{GuestNic, GuestSpec, RunningGuest};
+use weft_testing::Netns;
 
 const MAC0: &str = "52:54:00:77:00:01";
 const MAC1: &str = "52:54:00:77:00:02";
-
-fn mac_bytes(mac: &str) -> [u8; 6] {
-    let parts: Vec<u8> = mac
-        .split(':')
-        .map(|p| u8::from_str_radix(p, 16).unwrap())
-        .collect();
-    parts.try_into().unwrap()
-}
 
 /// Kills and reaps a helper process when the test ends, even on failure.
 struct KillOnDrop(std::process::Child);
@@ -38,35 +29,14 @@ impl Drop for KillOnDrop {
 #[test]
 fn guest_leases_both_nics_from_weft_dhcp_and_pings_the_bridges() {
     let name = "guest_leases_both_nics_from_weft_dhcp_and_pings_the_bridges";
-    if !can_run_root_test(name) {
-        return;
-    }
-    if Command::new(weft_guest::qemu::QEMU_BINARY)
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("skipping {name}: {} not installed", weft_guest::qemu::QEMU_BINARY);
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
-    let boot = match prepare_boot_files(&kernel_dir(), DEFAULT_BUSYBOX.as_ref(), dir.path()) {
-        Ok(boot) => boot,
-        Err(PrepareError::Kernel(error)) => {
-            eprintln!("skipping {name}: {error}");
-            return;
-        }
-        Err(error) => panic!("{error}"),
+    let Some(boot) = boot_files_or_skip(name, dir.path()) else {
+        return;
     };
     // Dropped last: the guest and the DHCP servers go first.
     let launcher = Netns::new("gl");
     for (index, addr) in ["10.0.2.1/24", "10.0.3.1/24"].iter().enumerate() {
-        let (bridge, tap) = (format!("wt-br{index}"), format!("wt-tap{index}"));
-        launcher.ip(&["link", "add", &bridge, "type", "bridge"]);
-        launcher.ip(&["addr", "add", addr, "dev", &bridge]);
-        launcher.ip(&["link", "set", &bridge, "up"]);
-        launcher.ip(&["tuntap", "add", "dev", &tap, "mode", "tap"]);
-        launcher.ip(&["link", "set", &tap, "master", &bridge, "up"]);
+        bridge_with_tap(&launcher, index, addr);
     }
 
     let mut pod_network = ServerConfig::new("10.0.2.2/24".parse().unwrap(), Ipv4Addr::new(10, 0, 2, 1));

@@ -1,17 +1,15 @@
 //! Root test: a NIC hot-plugged into a running guest over QMP gets its DHCP lease from inside
 //! the guest (the agent loop runs udhcpc for new NICs), and is unplugged again.
 
-use weft_testing as common;
+mod support;
 
 use std::net::Ipv4Addr;
-use std::process::Command;
 use std::time::Duration;
 
-use common::{Netns, can_run_root_test};
+use support::{boot_files_or_skip, bridge_with_tap, mac_bytes};
 use weft_dhcp::{ServerConfig, bind_server_socket, spawn};
-use weft_guest::initramfs::DEFAULT_BUSYBOX;
-use weft_guest::kernel::kernel_dir;
-use weft_guest::{GuestNic, GuestSpec, PrepareError, RunningGuest, prepare_boot_files};
+use weft_guest::{GuestNic, GuestSpec, RunningGuest};
+use weft_testing::Netns;
 
 const MAC0: &str = "52:54:00:78:00:01";
 const MAC1: &str = "52:54:00:78:00:02";
@@ -19,45 +17,21 @@ const MAC1: &str = "52:54:00:78:00:02";
 #[test]
 fn hotplugged_nic_is_leased_inside_the_guest() {
     let name = "hotplugged_nic_is_leased_inside_the_guest";
-    if !can_run_root_test(name) {
-        return;
-    }
-    if Command::new(weft_guest::qemu::QEMU_BINARY)
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("skipping {name}: {} not installed", weft_guest::qemu::QEMU_BINARY);
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
-    let boot = match prepare_boot_files(&kernel_dir(), DEFAULT_BUSYBOX.as_ref(), dir.path()) {
-        Ok(boot) => boot,
-        Err(PrepareError::Kernel(error)) => {
-            eprintln!("skipping {name}: {error}");
-            return;
-        }
-        Err(error) => panic!("{error}"),
+    let Some(boot) = boot_files_or_skip(name, dir.path()) else {
+        return;
     };
     let launcher = Netns::new("gh");
     let mut servers = Vec::new();
     for (index, mac) in [MAC0, MAC1].iter().enumerate() {
-        let (bridge, tap) = (format!("wt-br{index}"), format!("wt-tap{index}"));
         let third = 2 + index as u8;
-        launcher.ip(&["link", "add", &bridge, "type", "bridge"]);
-        launcher.ip(&["addr", "add", &format!("10.0.{third}.1/24"), "dev", &bridge]);
-        launcher.ip(&["link", "set", &bridge, "up"]);
-        launcher.ip(&["tuntap", "add", "dev", &tap, "mode", "tap"]);
-        launcher.ip(&["link", "set", &tap, "master", &bridge, "up"]);
+        bridge_with_tap(&launcher, index, &format!("10.0.{third}.1/24"));
+        let bridge = format!("wt-br{index}");
         let mut config = ServerConfig::new(
             format!("10.0.{third}.2/24").parse().unwrap(),
             Ipv4Addr::new(10, 0, third, 1),
         );
-        let octets: Vec<u8> = mac
-            .split(':')
-            .map(|p| u8::from_str_radix(p, 16).unwrap())
-            .collect();
-        config.client_mac = Some(octets.try_into().unwrap());
+        config.client_mac = Some(mac_bytes(mac));
         let socket = launcher.enter(move || bind_server_socket(&bridge)).unwrap();
         servers.push(spawn(socket, config).unwrap());
     }
