@@ -145,7 +145,31 @@ async fn catalog(agent: &Agent, config: &MetaConfig) -> Result<MemoryCatalog, Cn
     for path in config.static_paths() {
         catalog.paths.insert(path.to_string(), path_entry(path));
     }
+    let names_a_resource = catalog.nads.values().any(|n| {
+        n.metadata
+            .annotations
+            .contains_key(weft_netconf::RESOURCE_NAME_ANNOTATION)
+    });
+    if names_a_resource {
+        catalog.devices = device_allocations(&config.device_checkpoint_file);
+    }
     Ok(catalog)
+}
+
+/// The kubelet's device allocations from its checkpoint file. A missing file means no devices
+/// (no device plugin on this node); an unreadable one is logged and means no devices too.
+fn device_allocations(path: &str) -> Vec<weft_meta::PodDeviceEntry> {
+    match std::fs::read(path) {
+        Ok(bytes) => weft_meta::parse_kubelet_checkpoint(&bytes).unwrap_or_else(|e| {
+            tracing::warn!(%path, "{e}: no device IDs for resourceName NADs");
+            Vec::new()
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            tracing::warn!(%path, "cannot read the kubelet device checkpoint: {e}");
+            Vec::new()
+        }
+    }
 }
 
 fn cache_path(agent: &Agent, container_id: &str) -> PathBuf {
