@@ -112,31 +112,26 @@ fn wget(ns: &Netns, url: &str) -> Result<String> {
     }
 }
 
-#[test]
-fn masquerade_forwards_both_ways() -> Result<()> {
-    if !is_root() {
-        eprintln!("skipping: needs root (CAP_NET_ADMIN)");
-        return Ok(());
-    }
-    let pod = Netns::new("pod")?;
-    let node = Netns::new("node")?;
-    let guest = Netns::new("guest")?;
+/// A pod netns whose `eth0` (10.222.222.1/30, default route via the node) is a veth to a node
+/// netns (`wt-node`, 10.222.222.2/30).
+fn pod_behind_node(role_prefix: &str) -> Result<(Netns, Netns)> {
+    let pod = Netns::new(&format!("{role_prefix}pod"))?;
+    let node = Netns::new(&format!("{role_prefix}node"))?;
     pod.ip(&[
         "link", "add", "eth0", "type", "veth", "peer", "name", "wt-node", "netns", &node.0,
     ])?;
     pod.ip(&["addr", "add", "10.222.222.1/30", "dev", "eth0"])?;
     pod.ip(&["link", "set", "eth0", "up"])?;
     pod.ip(&["route", "add", "default", "via", "10.222.222.2"])?;
-    pod.ip(&["addr", "add", "2001:db8::1/64", "dev", "eth0", "nodad"])?;
-    pod.ip(&["-6", "route", "add", "default", "via", "2001:db8::2"])?;
     node.ip(&["addr", "add", "10.222.222.2/30", "dev", "wt-node"])?;
-    node.ip(&["addr", "add", "2001:db8::2/64", "dev", "wt-node", "nodad"])?;
     node.ip(&["link", "set", "wt-node", "up"])?;
+    Ok((pod, node))
+}
 
-    let mut backend = NetlinkBackend::open(format!("/run/netns/{}", pod.0))?;
-    let pod_link = backend.discover("eth0")?.context("eth0")?;
-    let plan = plan_wiring(&WiringRequest {
-        binding: Binding::Masquerade(NatOptions::default()),
+/// The wiring of the pod's primary `eth0` with `binding`.
+fn request(binding: Binding, pod_link: weft_launcher::PodLink) -> WiringRequest {
+    WiringRequest {
+        binding,
         pod_iface: "eth0".to_string(),
         primary: true,
         interface_index: 0,
@@ -147,15 +142,39 @@ fn masquerade_forwards_both_ways() -> Result<()> {
             owner: TapOwner { uid: 0, gid: 0 },
             queues: 1,
         },
-    })?;
+    }
+}
+
+/// The guest's NIC: a veth whose pod end (`wt-gport`) is a port of `bridge` and whose other end
+/// is the guest netns's `eth0` (standing in for the TAP's far side).
+fn guest_port(pod: &Netns, guest: &Netns, bridge: &str) -> Result<()> {
+    pod.ip(&[
+        "link", "add", "wt-gport", "type", "veth", "peer", "name", "eth0", "netns", &guest.0,
+    ])?;
+    pod.ip(&["link", "set", "wt-gport", "master", bridge, "up"])?;
+    Ok(())
+}
+
+#[test]
+fn masquerade_forwards_both_ways() -> Result<()> {
+    if !is_root() {
+        eprintln!("skipping: needs root (CAP_NET_ADMIN)");
+        return Ok(());
+    }
+    let (pod, node) = pod_behind_node("")?;
+    let guest = Netns::new("guest")?;
+    pod.ip(&["addr", "add", "2001:db8::1/64", "dev", "eth0", "nodad"])?;
+    pod.ip(&["-6", "route", "add", "default", "via", "2001:db8::2"])?;
+    node.ip(&["addr", "add", "2001:db8::2/64", "dev", "wt-node", "nodad"])?;
+
+    let mut backend = NetlinkBackend::open(format!("/run/netns/{}", pod.0))?;
+    let pod_link = backend.discover("eth0")?.context("eth0")?;
+    let plan = plan_wiring(&request(Binding::Masquerade(NatOptions::default()), pod_link))?;
     apply(&mut backend, &plan)?;
 
     // The guest's NIC: a veth port on the bridge, configured as the DHCP lease says.
     let lease = plan.lease.as_ref().unwrap().ipv4.as_ref().unwrap();
-    pod.ip(&[
-        "link", "add", "wt-gport", "type", "veth", "peer", "name", "eth0", "netns", &guest.0,
-    ])?;
-    pod.ip(&["link", "set", "wt-gport", "master", &plan.names.bridge, "up"])?;
+    guest_port(&pod, &guest, &plan.names.bridge)?;
     guest.ip(&["addr", "add", &lease.address.to_string(), "dev", "eth0"])?;
     guest.ip(&["link", "set", "eth0", "up"])?;
     guest.ip(&[
@@ -221,16 +240,8 @@ fn masquerade_forwards_only_declared_ports() -> Result<()> {
         eprintln!("skipping: needs root (CAP_NET_ADMIN)");
         return Ok(());
     }
-    let pod = Netns::new("ppod")?;
-    let node = Netns::new("pnode")?;
+    let (pod, node) = pod_behind_node("p")?;
     let guest = Netns::new("pguest")?;
-    pod.ip(&[
-        "link", "add", "eth0", "type", "veth", "peer", "name", "wt-node", "netns", &node.0,
-    ])?;
-    pod.ip(&["addr", "add", "10.222.222.1/30", "dev", "eth0"])?;
-    pod.ip(&["link", "set", "eth0", "up"])?;
-    node.ip(&["addr", "add", "10.222.222.2/30", "dev", "wt-node"])?;
-    node.ip(&["link", "set", "wt-node", "up"])?;
     let mut backend = NetlinkBackend::open(format!("/run/netns/{}", pod.0))?;
     let pod_link = backend.discover("eth0")?.context("eth0")?;
     let options = NatOptions {
@@ -240,24 +251,9 @@ fn masquerade_forwards_only_declared_ports() -> Result<()> {
         }],
         ..NatOptions::default()
     };
-    let plan = plan_wiring(&WiringRequest {
-        binding: Binding::Masquerade(options),
-        pod_iface: "eth0".to_string(),
-        primary: true,
-        interface_index: 0,
-        pod_link,
-        guest_mac: None,
-        vm_cidrs: VmNetworkCidrs::default(),
-        tap: TapSettings {
-            owner: TapOwner { uid: 0, gid: 0 },
-            queues: 1,
-        },
-    })?;
+    let plan = plan_wiring(&request(Binding::Masquerade(options), pod_link))?;
     apply(&mut backend, &plan)?;
-    pod.ip(&[
-        "link", "add", "wt-gport", "type", "veth", "peer", "name", "eth0", "netns", &guest.0,
-    ])?;
-    pod.ip(&["link", "set", "wt-gport", "master", &plan.names.bridge, "up"])?;
+    guest_port(&pod, &guest, &plan.names.bridge)?;
     guest.ip(&["addr", "add", "10.0.2.2/24", "dev", "eth0"])?;
     guest.ip(&["link", "set", "eth0", "up"])?;
     guest.ip(&["route", "add", "default", "via", "10.0.2.1"])?;
@@ -300,42 +296,18 @@ fn bridge_binding_hands_the_pod_ip_to_the_guest() -> Result<()> {
         eprintln!("skipping: needs root (CAP_NET_ADMIN)");
         return Ok(());
     }
-    let pod = Netns::new("bpod")?;
-    let node = Netns::new("bnode")?;
+    let (pod, node) = pod_behind_node("b")?;
     let guest = Netns::new("bguest")?;
-    pod.ip(&[
-        "link", "add", "eth0", "type", "veth", "peer", "name", "wt-node", "netns", &node.0,
-    ])?;
-    pod.ip(&["addr", "add", "10.222.222.1/30", "dev", "eth0"])?;
-    pod.ip(&["link", "set", "eth0", "up"])?;
-    pod.ip(&["route", "add", "default", "via", "10.222.222.2"])?;
-    node.ip(&["addr", "add", "10.222.222.2/30", "dev", "wt-node"])?;
-    node.ip(&["link", "set", "wt-node", "up"])?;
 
     let mut backend = NetlinkBackend::open(format!("/run/netns/{}", pod.0))?;
     let pod_link = backend.discover("eth0")?.context("eth0")?;
-    let plan = plan_wiring(&WiringRequest {
-        binding: Binding::Bridge,
-        pod_iface: "eth0".to_string(),
-        primary: true,
-        interface_index: 0,
-        pod_link,
-        guest_mac: None,
-        vm_cidrs: VmNetworkCidrs::default(),
-        tap: TapSettings {
-            owner: TapOwner { uid: 0, gid: 0 },
-            queues: 1,
-        },
-    })?;
+    let plan = plan_wiring(&request(Binding::Bridge, pod_link))?;
     apply(&mut backend, &plan)?;
 
     let lease = plan.lease.as_ref().unwrap();
     let v4 = lease.ipv4.as_ref().unwrap();
     assert_eq!(v4.address.to_string(), "10.222.222.1/30");
-    pod.ip(&[
-        "link", "add", "wt-gport", "type", "veth", "peer", "name", "eth0", "netns", &guest.0,
-    ])?;
-    pod.ip(&["link", "set", "wt-gport", "master", &plan.names.bridge, "up"])?;
+    guest_port(&pod, &guest, &plan.names.bridge)?;
     guest.ip(&[
         "link",
         "set",
