@@ -101,6 +101,18 @@ fn httpd_on(ns: &Netns, dir: &std::path::Path, port: u16) -> Result<Background> 
     Ok(Background(child))
 }
 
+/// HTTP servers on port 80: the node answers `hello-from-node`, the guest `hello-from-guest`.
+fn serve_node_and_guest(node: &Netns, guest: &Netns) -> Result<(tempfile::TempDir, Background, Background)> {
+    let www = tempfile::tempdir()?;
+    std::fs::write(www.path().join("index.html"), "hello-from-node\n")?;
+    let node_httpd = httpd(node, www.path())?;
+    let guest_www = www.path().join("guest");
+    std::fs::create_dir_all(&guest_www)?;
+    std::fs::write(guest_www.join("index.html"), "hello-from-guest\n")?;
+    let guest_httpd = httpd(guest, &guest_www)?;
+    Ok((www, node_httpd, guest_httpd))
+}
+
 fn wget(ns: &Netns, url: &str) -> Result<String> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -188,13 +200,7 @@ fn masquerade_forwards_both_ways() -> Result<()> {
     guest.ip(&["addr", "add", &v6.address.to_string(), "dev", "eth0", "nodad"])?;
     guest.ip(&["-6", "route", "add", "default", "via", "fd10:0:2::1"])?;
 
-    let www = tempfile::tempdir()?;
-    std::fs::write(www.path().join("index.html"), "hello-from-node\n")?;
-    let _node_httpd = httpd(&node, www.path())?;
-    let guest_www = www.path().join("guest");
-    std::fs::create_dir_all(&guest_www)?;
-    std::fs::write(guest_www.join("index.html"), "hello-from-guest\n")?;
-    let _guest_httpd = httpd(&guest, &guest_www)?;
+    let _servers = serve_node_and_guest(&node, &guest)?;
 
     // IPv6 both ways (the bridge's fd10:0:2::1 may still be in DAD: wget retries).
     assert_eq!(
@@ -319,13 +325,7 @@ fn bridge_binding_hands_the_pod_ip_to_the_guest() -> Result<()> {
     guest.ip(&["link", "set", "eth0", "up"])?;
     guest.ip(&["route", "add", "default", "via", &v4.router.unwrap().to_string()])?;
 
-    let www = tempfile::tempdir()?;
-    std::fs::write(www.path().join("index.html"), "hello-from-node\n")?;
-    let _node_httpd = httpd(&node, www.path())?;
-    let guest_www = www.path().join("guest");
-    std::fs::create_dir_all(&guest_www)?;
-    std::fs::write(guest_www.join("index.html"), "hello-from-guest\n")?;
-    let _guest_httpd = httpd(&guest, &guest_www)?;
+    let _servers = serve_node_and_guest(&node, &guest)?;
 
     assert_eq!(
         wget(&guest, "http://10.222.222.2/index.html")?,
