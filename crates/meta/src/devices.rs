@@ -128,6 +128,19 @@ impl DeviceAllocator {
         Self { resources }
     }
 
+    /// Mark `device_id` of `resource_name` as taken (hot-plug: devices attached earlier).
+    pub fn take(&mut self, resource_name: &str, device_id: &str) {
+        let Some((ids, cursor)) = self.resources.get_mut(resource_name) else {
+            return;
+        };
+        if let Some(i) = ids.iter().position(|id| id == device_id) {
+            ids.remove(i);
+            if i < *cursor {
+                *cursor -= 1;
+            }
+        }
+    }
+
     /// The next unused device of `resource_name` (`None`: none allocated, or all handed out).
     pub fn next(&mut self, resource_name: &str) -> Option<String> {
         let (ids, cursor) = self.resources.get_mut(resource_name)?;

@@ -2,13 +2,14 @@
 //! §4.4–§4.5; vector 21): planning one attachment with the same isolation rules as ADD, and
 //! the network-status update.
 
-use serde_json::Map;
+use serde_json::{Map, Value};
 use weft_cni::CniResult;
-use weft_netconf::{NetworkSelectionElement, NetworkStatus, network_status};
+use weft_netconf::{NetworkSelectionElement, NetworkStatus, RESOURCE_NAME_ANNOTATION, network_status};
 
 use crate::args::delegate_cni_args;
 use crate::catalog::NetworkCatalog;
 use crate::config::MetaConfig;
+use crate::devices::{DeviceAllocator, device_attachment, with_device_id};
 use crate::gateway::DefaultRoutePlan;
 use crate::isolation::check_isolation;
 use crate::plan::{AttachmentRequest, AttachmentRequests, DelegatePlan, PlanError, Pod, merge_cni_args};
@@ -87,8 +88,43 @@ pub fn plan_hotplug_add(
         runtime_config_to_all_delegates: false,
         ..config.clone()
     };
+    let resource_name = catalog
+        .nad(&element.namespace, &element.name)
+        .and_then(|nad| nad.metadata.annotations.get(RESOURCE_NAME_ANNOTATION))
+        .cloned()
+        .unwrap_or_default();
+    let allocated = match resource_name.is_empty() {
+        true => None,
+        false => next_free_device(catalog, pod, &resource_name, attached),
+    };
+    let config_with_args = match &allocated {
+        Some(id) => with_device_id(&config_with_args, id).map_err(|source| {
+            Box::new(PlanError::DeviceId {
+                network: network.clone(),
+                source,
+            })
+        })?,
+        None => config_with_args,
+    };
+    let device = device_attachment(
+        &config.device_info_dir,
+        &resource_name,
+        allocated,
+        &requests.device_id,
+        &resolved.display_name,
+        &request.container_id,
+        &element.interface,
+    );
+    let mut capability_args = crate::plan::secondary_capability_args(&no_runtime, &requests);
+    if let Some(device) = &device {
+        capability_args.insert("deviceID".into(), Value::String(device.device_id.clone()));
+        capability_args.insert(
+            "CNIDeviceInfoFile".into(),
+            Value::String(device.cni_device_info_file.clone()),
+        );
+    }
     Ok(DelegatePlan {
-        capability_args: crate::plan::secondary_capability_args(&no_runtime, &requests),
+        capability_args,
         display_name: resolved.display_name,
         source: resolved.source,
         config: config_with_args,
@@ -97,8 +133,25 @@ pub fn plan_hotplug_add(
         cni_args: delegate_cni_args(&request.k8s, &request.cni_args),
         requests,
         default_route: DefaultRoutePlan::default(),
-        device: None,
+        device,
     })
+}
+
+/// The pod's first device of `resource_name` that no attached delegate holds (Multus's
+/// `/delegate` path starts a fresh cursor, handing out a device already in use).
+fn next_free_device(
+    catalog: &dyn NetworkCatalog,
+    pod: &Pod,
+    resource_name: &str,
+    attached: &[DelegatePlan],
+) -> Option<String> {
+    let mut devices = DeviceAllocator::for_pod(&catalog.pod_devices(), &pod.uid);
+    for device in attached.iter().filter_map(|d| d.device.as_ref()) {
+        if device.from_resource && device.resource_name == resource_name {
+            devices.take(resource_name, &device.device_id);
+        }
+    }
+    devices.next(resource_name)
 }
 
 /// network-status after a hot-plug ADD: the current entries plus one entry for the result

@@ -302,3 +302,43 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn take_skips_a_device_wherever_the_cursor_is() {
+    let entries = vec![PodDeviceEntry {
+        pod_uid: "u".into(),
+        resource_name: "r".into(),
+        device_ids: vec!["a".into(), "b".into(), "c".into()],
+        ..Default::default()
+    }];
+    let mut alloc = DeviceAllocator::for_pod(&entries, "u");
+    alloc.take("r", "b");
+    assert_eq!(alloc.next("r").as_deref(), Some("a"));
+    alloc.take("r", "a");
+    alloc.take("r", "zz");
+    alloc.take("other", "a");
+    assert_eq!(alloc.next("r").as_deref(), Some("c"));
+    assert_eq!(alloc.next("r"), None);
+}
+
+#[test]
+fn hotplug_takes_a_device_no_attachment_holds() {
+    let (config, catalog, request) = setup(&[("sriov", "intel.com/sriov")]);
+    let catalog = catalog.with_devices(parse_kubelet_checkpoint(CHECKPOINT.as_bytes()).unwrap());
+    let pod = pod("sriov");
+    let attached = plan_add(&config, &request, Some(&pod), &catalog).unwrap();
+    assert_eq!(device_ids(&attached), vec![None, Some("0000:03:00.1")]);
+    let element = weft_netconf::NetworkSelectionElement {
+        name: "sriov".into(),
+        namespace: "ns".into(),
+        interface: "hot1".into(),
+        ..Default::default()
+    };
+    let plan =
+        crate::hotplug::plan_hotplug_add(&config, &request, &pod, &element, &attached, &catalog).unwrap();
+    let device = plan.device.as_ref().unwrap();
+    assert_eq!(device.device_id, "0000:03:00.2");
+    assert_eq!(device.cni_device_info_file, "/devinfo/cni/ns-sriov-ctr_hot1");
+    assert_eq!(plan.capability_args["deviceID"], "0000:03:00.2");
+    assert_eq!(plan.config.to_value()["plugins"][0]["pciBusID"], "0000:03:00.2");
+}

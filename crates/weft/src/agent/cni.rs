@@ -475,8 +475,12 @@ pub async fn reconcile_pod_networks(
         let outcome = execute(agent, move |executor| executor.add(&req, &plans))
             .await?
             .map_err(|e| e.to_cni_error())?;
+        let device_info = outcome.statuses.iter().find_map(|s| s.device_info.clone());
         let result = outcome.results.into_iter().next().unwrap_or_default();
         statuses = weft_meta::status_after_add(&statuses, element, &result);
+        if let (Some(info), Some(entry)) = (device_info, statuses.last_mut()) {
+            entry.device_info = Some(info);
+        }
         record = record.with_attachment(plan, Some(result));
         write_cache(agent, &record)?;
         changes += 1;
