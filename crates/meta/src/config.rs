@@ -111,6 +111,9 @@ pub struct MetaConfig {
     /// `runtimeConfigToAllDelegates` (weft): give the runtime's `runtimeConfig` to every
     /// delegate, as Multus does, instead of only to the cluster network (NPWG §7.5).
     pub runtime_config_to_all_delegates: bool,
+    /// `auxiliaryCNIChainName`: a chain of plugin configs from
+    /// `<dir(clusterNetwork)>/<name>/` run as one more delegate (empty: none).
+    pub auxiliary_cni_chain_name: String,
     /// `deviceCheckpointFile` (weft): the kubelet device-plugin checkpoint read for NADs
     /// with a `resourceName` (default: the kubelet's path).
     pub device_checkpoint_file: String,
@@ -167,6 +170,8 @@ struct Wire {
     runtime_config: Option<Map<String, Value>>,
     #[serde(default)]
     runtime_config_to_all_delegates: Option<bool>,
+    #[serde(default, rename = "auxiliaryCNIChainName")]
+    auxiliary_cni_chain_name: Option<String>,
     #[serde(default)]
     device_checkpoint_file: Option<String>,
     #[serde(default)]
@@ -242,6 +247,7 @@ impl MetaConfig {
             retry_delete_on_error: wire.retry_delete_on_error.unwrap_or(false),
             runtime_config: wire.runtime_config.unwrap_or_default(),
             runtime_config_to_all_delegates: wire.runtime_config_to_all_delegates.unwrap_or(false),
+            auxiliary_cni_chain_name: wire.auxiliary_cni_chain_name.unwrap_or_default(),
             device_checkpoint_file: or_default(
                 wire.device_checkpoint_file,
                 crate::devices::DEFAULT_CHECKPOINT_FILE,
@@ -253,10 +259,13 @@ impl MetaConfig {
 
     /// The paths (`clusterNetwork` / `defaultNetworks` entries with a `/`) a
     /// [`crate::NetworkCatalog`] must be able to answer for.
-    pub fn static_paths(&self) -> Vec<&str> {
+    /// The auxiliary chain's directory is one of them.
+    pub fn static_paths(&self) -> Vec<String> {
         std::iter::once(self.cluster_network.as_str())
             .chain(self.default_networks.iter().map(String::as_str))
             .filter(|v| v.contains('/'))
+            .map(str::to_owned)
+            .chain(crate::aux_chain::aux_chain_dir(self))
             .collect()
     }
 
@@ -302,6 +311,9 @@ mod tests {
             MetaConfig::parse(br#"{"clusterNetwork":"/etc/cni/net.d","defaultNetworks":["a","/x/b.conf"]}"#)
                 .unwrap();
         assert_eq!(c.static_paths(), vec!["/etc/cni/net.d", "/x/b.conf"]);
+        let c = MetaConfig::parse(br#"{"clusterNetwork":"/etc/n/10-a.conf","auxiliaryCNIChainName":"aux"}"#)
+            .unwrap();
+        assert_eq!(c.static_paths(), vec!["/etc/n/10-a.conf", "/etc/n/aux"]);
     }
 
     #[test]

@@ -81,7 +81,8 @@ pub fn plan_error_code(error: &PlanError) -> u32 {
         | PlanError::InvalidIfname { .. }
         | PlanError::DuplicateIfname { .. }
         | PlanError::Gateway(_)
-        | PlanError::DeviceId { .. } => codes::INVALID_NETWORK_CONFIG,
+        | PlanError::DeviceId { .. }
+        | PlanError::AuxChain(_) => codes::INVALID_NETWORK_CONFIG,
     }
 }
 

@@ -4,6 +4,7 @@
 //! the thick-mode configuration files. Everything here is pure; the agent executes the plans.
 
 pub mod args;
+pub mod aux_chain;
 pub mod cache;
 pub mod catalog;
 pub mod config;
@@ -20,6 +21,7 @@ pub mod resolve;
 pub mod teardown;
 
 pub use args::{K8sArgs, delegate_cni_args, join_cni_args};
+pub use aux_chain::{AuxChainError, PASSTHRU_TYPE, aux_chain_dir, resolve_aux_chain};
 pub use cache::{CACHE_VERSION, CacheError, CacheRecord, DelDecision, decide_del, gc_targets};
 pub use catalog::{MemoryCatalog, NetworkCatalog, PathEntry};
 pub use config::{ConfigError, LogLevel, MetaConfig, parse_global_namespaces};

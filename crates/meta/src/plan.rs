@@ -13,6 +13,7 @@ use weft_netconf::{
 };
 
 use crate::args::{K8sArgs, delegate_cni_args};
+use crate::aux_chain::{AuxChainError, resolve_aux_chain};
 use crate::catalog::NetworkCatalog;
 use crate::config::MetaConfig;
 use crate::devices::{DeviceAllocator, DeviceAttachment, device_attachment, with_device_id};
@@ -209,6 +210,9 @@ pub enum PlanError {
     /// Conflicting default-route requests.
     #[error(transparent)]
     Gateway(#[from] GatewayError),
+    /// The auxiliary chain cannot be built.
+    #[error(transparent)]
+    AuxChain(#[from] AuxChainError),
     /// The device ID could not be set in the configuration.
     #[error("network {network}: cannot set deviceID: {source}")]
     DeviceId {
@@ -245,6 +249,9 @@ pub fn plan_add(
             candidates.push(annotation_candidate(config, pod, catalog, element)?);
         }
     }
+    if let Some(resolved) = resolve_aux_chain(config, catalog)? {
+        candidates.push(aux_candidate(resolved));
+    }
     let mut devices = pod_devices(catalog, pod, &mut candidates);
     finish(config, request, candidates, false, &mut devices)
 }
@@ -276,9 +283,24 @@ pub fn plan_del_recompute(
             Err(e) => skipped.push(e),
         }
     }
+    match resolve_aux_chain(config, catalog) {
+        Ok(Some(resolved)) => candidates.push(aux_candidate(resolved)),
+        Ok(None) => {}
+        Err(e) => skipped.push(e.into()),
+    }
     let mut devices = pod_devices(catalog, pod, &mut candidates);
     // An invalid or duplicate ifname or an ECMP request must not stop a teardown.
     Ok((finish(config, request, candidates, true, &mut devices)?, skipped))
+}
+
+/// The auxiliary chain runs after every other network, named `net<N>` like them.
+fn aux_candidate(resolved: Resolved) -> Candidate {
+    Candidate {
+        resolved,
+        is_master: false,
+        element: None,
+        resource_name: String::new(),
+    }
 }
 
 /// With a known pod: the resource name of every NAD-backed candidate, and the pod's devices

@@ -1,5 +1,6 @@
 //! weft: one multi-call binary. Invoked as `weft-cni` it is the CNI shim, as `weft-ipam` the
-//! IPAM plugin; otherwise the CLI (node agent, controller, local cluster, inspection).
+//! IPAM plugin, as `passthru` the head of an auxiliary CNI chain; otherwise the CLI (node
+//! agent, controller, local cluster, inspection).
 
 mod agent;
 mod claims;
@@ -9,6 +10,7 @@ mod controller;
 mod ipam_plugin;
 mod kinds;
 mod local;
+mod passthru;
 mod protocol;
 mod shim;
 
@@ -24,6 +26,7 @@ fn main() -> ExitCode {
     match name.as_str() {
         "weft-cni" => shim::run(),
         "weft-ipam" => ipam_plugin::run(),
+        weft_meta::PASSTHRU_TYPE => passthru::run(),
         _ => ExitCode::from(cli::run().clamp(0, 255) as u8),
     }
 }

@@ -143,7 +143,8 @@ async fn catalog(agent: &Agent, config: &MetaConfig) -> Result<MemoryCatalog, Cn
         ..Default::default()
     };
     for path in config.static_paths() {
-        catalog.paths.insert(path.to_string(), path_entry(path));
+        let entry = path_entry(&path);
+        catalog.paths.insert(path, entry);
     }
     let names_a_resource = catalog.nads.values().any(|n| {
         n.metadata
