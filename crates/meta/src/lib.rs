@@ -1,7 +1,8 @@
 //! The meta-plugin's decisions: configuration, delegate planning (cluster network, default
-//! networks, annotation networks), namespace isolation, default routes, `CNI_ARGS` and
-//! capability args, rollback and teardown order, the per-container cache, hot-plug status, and
-//! the thick-mode configuration files. Everything here is pure; the agent executes the plans.
+//! networks, annotation networks, the auxiliary chain), namespace isolation, default routes,
+//! device IDs and device-info paths, `CNI_ARGS` and capability args, rollback and teardown
+//! order, the per-container cache, hot-plug status, and the thick-mode configuration files.
+//! Everything here is pure; the agent executes the plans.
 
 pub mod args;
 pub mod aux_chain;
