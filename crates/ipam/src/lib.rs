@@ -21,6 +21,8 @@ pub mod range;
 pub mod reconcile;
 pub mod request;
 pub mod reservation;
+#[cfg(any(test, feature = "testing"))]
+pub mod stress;
 #[cfg(test)]
 mod testing;
 

@@ -1,15 +1,12 @@
 //! The allocator on the embedded (SQLite) store: concurrency from one and from several handles
 //! (as separate plugin processes open the same file), and the claim lifecycle.
 
-use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use serde_json::json;
 use weft_ipam::allocator::list_reservations;
-use weft_ipam::{
-    Holder, IpamClaim, IpamConfig, IpamError, allocate, parse_network_config, release, release_claim,
-};
+use weft_ipam::stress::race;
+use weft_ipam::{Holder, IpamClaim, IpamConfig, allocate, parse_network_config, release, release_claim};
 use weft_store::{Api, SqliteStore, Store};
 
 fn config(range: &str) -> IpamConfig {
@@ -25,49 +22,12 @@ fn holder(id: &str) -> Holder {
     }
 }
 
-async fn race(
-    stores: Vec<Arc<dyn Store>>,
-    c: &IpamConfig,
-    tasks: usize,
-    per_task: usize,
-) -> (HashMap<IpAddr, String>, usize) {
-    let mut handles = Vec::new();
-    for t in 0..tasks {
-        let (store, c) = (stores[t % stores.len()].clone(), c.clone());
-        handles.push(tokio::spawn(async move {
-            let mut got = Vec::new();
-            let mut exhausted = 0;
-            for i in 0..per_task {
-                let id = format!("t{t}-{i}");
-                match allocate(&store, &c, &holder(&id), &[], None).await {
-                    Ok(leases) => got.extend(leases.into_iter().map(|l| (l.ip, id.clone()))),
-                    Err(IpamError::Exhausted { .. }) => exhausted += 1,
-                    Err(e) => panic!("{id}: {e}"),
-                }
-            }
-            (got, exhausted)
-        }));
-    }
-    let mut owners = HashMap::new();
-    let mut exhausted = 0;
-    for h in handles {
-        let (got, ex) = h.await.unwrap();
-        exhausted += ex;
-        for (ip, id) in got {
-            if let Some(prev) = owners.insert(ip, id.clone()) {
-                panic!("{ip} handed to {prev} and {id}");
-            }
-        }
-    }
-    (owners, exhausted)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixteen_tasks_on_one_handle_never_share_an_address() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("store.db")).unwrap().shared();
     let c = config("10.0.0.0/22");
-    let (owners, exhausted) = race(vec![store.clone()], &c, 16, 30).await;
+    let (owners, exhausted) = race(std::slice::from_ref(&store), &c, 16, 30).await;
     assert_eq!((owners.len(), exhausted), (480, 0));
     assert_eq!(list_reservations(&store, "blue").await.unwrap().len(), 480);
 }
@@ -80,7 +40,7 @@ async fn separate_handles_racing_to_exhaustion_hand_out_each_address_once() {
         .map(|_| SqliteStore::open(&path).unwrap().shared())
         .collect();
     let c = config("10.0.0.0/25");
-    let (owners, exhausted) = race(stores.clone(), &c, 16, 10).await;
+    let (owners, exhausted) = race(&stores, &c, 16, 10).await;
     assert_eq!(owners.len(), 126);
     assert_eq!(exhausted, 160 - 126);
     for (ip, id) in &owners {

@@ -7,6 +7,7 @@ use weft_store::MemoryStore;
 use super::*;
 use crate::claim::IpamClaim;
 use crate::config::parse_network_config;
+use crate::stress::race;
 use crate::testing::Counting;
 
 fn config(ipam: serde_json::Value) -> IpamConfig {
@@ -201,47 +202,10 @@ async fn claimed_addresses_survive_release_until_the_claim_goes() {
     );
 }
 
-async fn race(
-    store: Arc<dyn Store>,
-    c: IpamConfig,
-    tasks: usize,
-    per_task: usize,
-) -> (HashMap<IpAddr, String>, usize) {
-    let mut handles = Vec::new();
-    for t in 0..tasks {
-        let (store, c) = (store.clone(), c.clone());
-        handles.push(tokio::spawn(async move {
-            let mut got = Vec::new();
-            let mut exhausted = 0;
-            for i in 0..per_task {
-                let id = format!("t{t}-{i}");
-                match allocate(&store, &c, &holder(&id), &[], None).await {
-                    Ok(leases) => got.extend(leases.into_iter().map(|l| (l.ip, id.clone()))),
-                    Err(IpamError::Exhausted { .. }) => exhausted += 1,
-                    Err(e) => panic!("{id}: {e}"),
-                }
-            }
-            (got, exhausted)
-        }));
-    }
-    let mut owners: HashMap<IpAddr, String> = HashMap::new();
-    let mut exhausted = 0;
-    for h in handles {
-        let (got, ex) = h.await.unwrap();
-        exhausted += ex;
-        for (ip, id) in got {
-            if let Some(prev) = owners.insert(ip, id.clone()) {
-                panic!("{ip} handed to {prev} and {id}");
-            }
-        }
-    }
-    (owners, exhausted)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixteen_concurrent_allocators_never_share_an_address() {
     let store = MemoryStore::shared();
-    let (owners, exhausted) = race(store.clone(), v4("10.0.0.0/22"), 16, 40).await;
+    let (owners, exhausted) = race(std::slice::from_ref(&store), &v4("10.0.0.0/22"), 16, 40).await;
     assert_eq!((owners.len(), exhausted), (640, 0));
     assert_eq!(list_reservations(&store, "blue").await.unwrap().len(), 640);
 }
@@ -249,7 +213,7 @@ async fn sixteen_concurrent_allocators_never_share_an_address() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racing_to_exhaustion_hands_out_each_address_exactly_once() {
     let store = MemoryStore::shared();
-    let (owners, exhausted) = race(store, v4("10.0.0.0/24"), 16, 20).await;
+    let (owners, exhausted) = race(&[store], &v4("10.0.0.0/24"), 16, 20).await;
     assert_eq!(owners.len(), 254);
     assert_eq!(exhausted, 16 * 20 - 254);
 }
@@ -461,7 +425,7 @@ async fn large_ipv6_ranges_have_no_cap() {
             json!({"type": "weft-ipam", "network_name": format!("n{}", range.len()), "range": range,
             "exclude": ["fd00::/120"]}),
         );
-        let (owners, exhausted) = race(store.clone(), c.clone(), 16, 20).await;
+        let (owners, exhausted) = race(std::slice::from_ref(&store), &c, 16, 20).await;
         assert_eq!((owners.len(), exhausted), (320, 0));
         for ip in owners.keys() {
             assert!(c.ranges[0].contains(*ip), "{ip} in {range}");
