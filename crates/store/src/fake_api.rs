@@ -5,8 +5,18 @@
 //! registered resource types, and logs every request, so tests can count API calls (for
 //! example, API writes per IPAM allocation) and run the [conformance suite](crate::conformance)
 //! through kube-rs and HTTP.
+//!
+//! In process, [`FakeApiServer::client`] hands kube-rs a tower service; for another process
+//! (the node agent under test), [`FakeApiServer::serve_listener`] serves it over TCP and
+//! [`TcpServer::write_kubeconfig`] writes the plain-HTTP kubeconfig to reach it. Two faults can
+//! be injected: [`FakeApiServer::set_down`] (the API server is unreachable) and
+//! [`FakeApiServer::conflict_next_status_updates`] (a concurrent writer wins the next status
+//! updates of an object).
 
+use std::collections::HashMap;
 use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -17,6 +27,7 @@ use hyper::body::{Bytes, Frame};
 use kube::Client;
 use kube::client::Body;
 use serde_json::{Value, json};
+use tokio::sync::watch;
 
 use crate::{KubeStore, ListOptions, Object, ResourceType, Store, StoreError, WatchEvent};
 
@@ -28,6 +39,21 @@ pub struct FakeApiServer {
     store: Arc<dyn Store>,
     types: Arc<Vec<ResourceType>>,
     log: Arc<Mutex<Vec<String>>>,
+    faults: Arc<Faults>,
+}
+
+/// Annotation the fake concurrent writer of [`FakeApiServer::conflict_next_status_updates`]
+/// sets on the object (value: how many such writes so far).
+pub const CONCURRENT_WRITE_ANNOTATION: &str = "fake-api.weft.dev/concurrent-write";
+
+/// Injected faults, shared by every clone of the server.
+struct Faults {
+    /// `true` while the API server is down.
+    down: watch::Sender<bool>,
+    /// Status updates still to lose, per `plural/key` of the object.
+    status_conflicts: Mutex<HashMap<String, usize>>,
+    /// Concurrent writes made so far.
+    concurrent_writes: Mutex<usize>,
 }
 
 /// Which object or collection a request path names.
@@ -130,7 +156,131 @@ impl FakeApiServer {
             store,
             types: Arc::new(types.into_iter().collect()),
             log: Arc::default(),
+            faults: Arc::new(Faults {
+                down: watch::Sender::new(false),
+                status_conflicts: Mutex::default(),
+                concurrent_writes: Mutex::default(),
+            }),
         }
+    }
+
+    /// Take the API server down (`true`) or bring it back (`false`). While down, clients see
+    /// what they see when a real API server is gone: open watches and connections break and
+    /// every call fails at the transport (connection closed; in process, a service error), not
+    /// with a status (kube-rs retries a 503 for minutes).
+    pub fn set_down(&self, down: bool) {
+        self.faults.down.send_replace(down);
+    }
+
+    /// Make the next `count` status updates (`PUT .../status`) of one object lose to a
+    /// concurrent writer: the server first updates the object itself (annotation
+    /// [`CONCURRENT_WRITE_ANNOTATION`], a new resourceVersion), then answers `409 Conflict`, as
+    /// a real API server answers the now stale request. A client that retries on a fresh read
+    /// succeeds and keeps the concurrent writer's change.
+    pub fn conflict_next_status_updates(
+        &self,
+        ty: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        count: usize,
+    ) {
+        lock(&self.faults.status_conflicts).insert(conflict_key(ty, ns, name), count);
+    }
+
+    /// Whether this status update is one to lose (counts it down).
+    fn take_status_conflict(&self, ty: &ResourceType, ns: Option<&str>, name: &str) -> bool {
+        let mut conflicts = lock(&self.faults.status_conflicts);
+        match conflicts.get_mut(&conflict_key(ty, ns, name)) {
+            Some(left) if *left > 0 => {
+                *left -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The concurrent writer of an injected conflict: change the object, then lose.
+    async fn lose_to_concurrent_writer(&self, ty: &ResourceType, ns: Option<&str>, name: &str) -> StoreError {
+        let writes = {
+            let mut writes = lock(&self.faults.concurrent_writes);
+            *writes += 1;
+            *writes
+        };
+        let mut actual = String::new();
+        if let Ok(Some(mut current)) = self.store.get(ty, ns, name).await {
+            current
+                .metadata
+                .annotations
+                .insert(CONCURRENT_WRITE_ANNOTATION.into(), writes.to_string());
+            if let Ok(updated) = self.store.update(ty, current).await {
+                actual = updated.metadata.resource_version.unwrap_or_default();
+            }
+        }
+        StoreError::Conflict {
+            kind: ty.kind.clone(),
+            key: ty.key(ns, name),
+            expected: "the request's".into(),
+            actual,
+        }
+    }
+
+    /// Serve this server over HTTP on `listener` (bound by the caller, e.g. on 127.0.0.1 inside
+    /// a test's network namespace) until the returned handle is stopped or dropped. Needs a
+    /// Tokio runtime.
+    pub fn serve_listener(&self, listener: std::net::TcpListener) -> std::io::Result<TcpServer> {
+        listener.set_nonblocking(true)?;
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let addr = listener.local_addr()?;
+        let server = self.clone();
+        let task = tokio::spawn(async move {
+            // Dropping the set (when the accept loop is aborted) closes every connection.
+            let mut connections = tokio::task::JoinSet::new();
+            let mut down = server.faults.down.subscribe();
+            loop {
+                let accepted = tokio::select! {
+                    accepted = listener.accept() => accepted,
+                    Ok(()) = down.changed() => {
+                        // Going down resets every connection, as a real API server's exit does.
+                        if *down.borrow_and_update() {
+                            connections.abort_all();
+                        }
+                        continue;
+                    }
+                };
+                let Ok((stream, _)) = accepted else {
+                    continue;
+                };
+                if *down.borrow() {
+                    // Closed before any reply: the client's call fails at once (no retry).
+                    drop(stream);
+                    continue;
+                }
+                let server = server.clone();
+                connections.spawn(async move {
+                    let service =
+                        hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+                            let server = server.clone();
+                            async move {
+                                let (parts, body) = request.into_parts();
+                                let body = body.collect().await.map(|b| b.to_bytes());
+                                Ok::<_, Infallible>(
+                                    server.respond(parts, body.map_err(|e| e.to_string())).await,
+                                )
+                            }
+                        });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+                while connections.try_join_next().is_some() {}
+            }
+        });
+        Ok(TcpServer { addr, task })
+    }
+
+    /// Serve over HTTP on an ephemeral port of 127.0.0.1 (see [`FakeApiServer::serve_listener`]).
+    pub fn serve_tcp(&self) -> std::io::Result<TcpServer> {
+        self.serve_listener(std::net::TcpListener::bind("127.0.0.1:0")?)
     }
 
     /// A kube-rs client talking to this server (needs a Tokio runtime).
@@ -138,7 +288,14 @@ impl FakeApiServer {
         let server = self.clone();
         let service = tower::service_fn(move |request: Request<Body>| {
             let server = server.clone();
-            async move { Ok::<_, Infallible>(server.handle(request).await) }
+            async move {
+                if *server.faults.down.borrow() {
+                    return Err(tower::BoxError::from(
+                        "connection refused: the API server is down",
+                    ));
+                }
+                Ok(server.handle(request).await)
+            }
         });
         Client::new(service, "default")
     }
@@ -165,12 +322,21 @@ impl FakeApiServer {
 
     async fn handle(&self, request: Request<Body>) -> Response<ResponseBody> {
         let (parts, body) = request.into_parts();
+        let body = body.collect_bytes().await.map_err(|e| e.to_string());
+        self.respond(parts, body).await
+    }
+
+    async fn respond(
+        &self,
+        parts: http::request::Parts,
+        body: Result<Bytes, String>,
+    ) -> Response<ResponseBody> {
         let uri = parts.uri.to_string();
         self.log
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(format!("{} {uri}", parts.method));
-        let body = match body.collect_bytes().await {
+        let body = match body {
             Ok(bytes) => bytes,
             Err(e) => return failure(&StoreError::Invalid(format!("reading the request body: {e}"))),
         };
@@ -209,7 +375,11 @@ impl FakeApiServer {
             },
             (Method::GET, None) if matches!(param("watch"), Some("true" | "1")) => {
                 let rv = param("resourceVersion").filter(|rv| !rv.is_empty());
-                self.store.watch(&ty, ns, &opts, rv).await.map(watch_response)
+                let down = self.faults.down.subscribe();
+                self.store
+                    .watch(&ty, ns, &opts, rv)
+                    .await
+                    .map(|events| watch_response(events, down))
             }
             (Method::GET, None) => self.store.list(&ty, ns, &opts).await.map(|list| {
                 let list = json!({
@@ -227,6 +397,9 @@ impl FakeApiServer {
                     .map(|o| json_response(StatusCode::CREATED, &o)),
                 Err(e) => Err(e),
             },
+            (Method::PUT, Some(name)) if target.status && self.take_status_conflict(&ty, ns, name) => {
+                Err(self.lose_to_concurrent_writer(&ty, ns, name).await)
+            }
             (Method::PUT, Some(name)) => match object_from(&body, &target, Some(name)) {
                 Ok(obj) if target.status => self.store.update_status(&ty, obj).await,
                 Ok(obj) => self.store.update(&ty, obj).await,
@@ -321,9 +494,62 @@ fn watch_line(event: Result<WatchEvent, StoreError>) -> Bytes {
     Bytes::from(bytes)
 }
 
-fn watch_response(events: crate::WatchStream) -> Response<ResponseBody> {
-    let frames = events.map(|event| Ok::<_, Infallible>(Frame::data(watch_line(event))));
+/// A watch response streaming `events` until the server goes down.
+fn watch_response(events: crate::WatchStream, mut down: watch::Receiver<bool>) -> Response<ResponseBody> {
+    let frames = events
+        .take_until(async move {
+            let _ = down.wait_for(|down| *down).await;
+        })
+        .map(|event| Ok::<_, Infallible>(Frame::data(watch_line(event))));
     Response::new(StreamBody::new(frames).boxed_unsync())
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn conflict_key(ty: &ResourceType, ns: Option<&str>, name: &str) -> String {
+    format!("{}/{}", ty.plural, ty.key(ns, name))
+}
+
+/// A [`FakeApiServer`] listening on TCP. Stopping or dropping it closes the listener and every
+/// open connection (another way to take the API server down, for good).
+pub struct TcpServer {
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TcpServer {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A kubeconfig for this server (JSON, which is YAML): plain HTTP, no credentials,
+    /// namespace `default`.
+    pub fn kubeconfig(&self) -> String {
+        json!({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": format!("http://{}", self.addr)}}],
+            "users": [{"name": "fake", "user": {}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": "default"}}],
+        })
+        .to_string()
+    }
+
+    /// Write [`TcpServer::kubeconfig`] to `path`.
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::write(path, self.kubeconfig())
+    }
+
+    /// Close the listener and every connection.
+    pub fn stop(self) {}
+}
+
+impl Drop for TcpServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 #[cfg(test)]

@@ -513,3 +513,63 @@ async fn the_fake_api_server_logs_and_counts_requests() {
     server.clear_requests();
     assert!(server.requests().is_empty());
 }
+
+#[tokio::test]
+async fn the_fake_api_server_serves_tcp_with_injected_conflicts_and_outages() {
+    use weft_store::MemoryStore;
+    use weft_store::fake_api::{CONCURRENT_WRITE_ANNOTATION, FakeApiServer};
+
+    let server = FakeApiServer::new(MemoryStore::shared(), [pods()]);
+    let tcp = server.serve_tcp().unwrap();
+    assert!(tcp.addr().ip().is_loopback());
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    tcp.write_kubeconfig(&kubeconfig).unwrap();
+    let store = KubeStore::from_kubeconfig(&kubeconfig).await.unwrap();
+    let created = store.create(&pods(), pod("ns", "a", "x", "n1")).await.unwrap();
+    let mut watch = store
+        .watch(
+            &pods(),
+            Some("ns"),
+            &ListOptions::default(),
+            created.metadata.resource_version.as_deref(),
+        )
+        .await
+        .unwrap();
+
+    // A status update that loses to the injected concurrent writer, then one on a fresh read.
+    server.conflict_next_status_updates(&pods(), Some("ns"), "a", 1);
+    let mut stale = created.clone();
+    stale.metadata.annotations.insert("mine".into(), "1".into());
+    let lost = store.update_status(&pods(), stale.clone()).await.unwrap_err();
+    assert!(lost.is_conflict(), "{lost}");
+    let fresh = store.get(&pods(), Some("ns"), "a").await.unwrap().unwrap();
+    assert_eq!(fresh.metadata.annotation(CONCURRENT_WRITE_ANNOTATION), Some("1"));
+    assert_ne!(fresh.metadata.resource_version, created.metadata.resource_version);
+    let mut mine = fresh.clone();
+    mine.metadata.annotations.insert("mine".into(), "1".into());
+    let won = store.update_status(&pods(), mine).await.unwrap();
+    assert_eq!(won.metadata.annotation("mine"), Some("1"));
+    assert_eq!(won.metadata.annotation(CONCURRENT_WRITE_ANNOTATION), Some("1"));
+    let watched = tokio::time::timeout(std::time::Duration::from_secs(5), watch.next())
+        .await
+        .unwrap();
+    assert!(watched.is_some(), "the watch streams over TCP");
+
+    // Down: calls fail as unavailable and open watches end; back up: calls work again.
+    server.set_down(true);
+    let down = store.get(&pods(), Some("ns"), "a").await.unwrap_err();
+    assert!(matches!(down, StoreError::Unavailable(_)), "{down}");
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while let Some(Ok(_)) = watch.next().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the watch ends when the server goes down");
+    server.set_down(false);
+    assert!(store.get(&pods(), Some("ns"), "a").await.unwrap().is_some());
+
+    // Stopped: the port is closed.
+    tcp.stop();
+    let stopped = store.get(&pods(), Some("ns"), "a").await.unwrap_err();
+    assert!(matches!(stopped, StoreError::Unavailable(_)), "{stopped}");
+}
