@@ -1,8 +1,10 @@
 //! Helpers for the weft binary's end-to-end tests.
 #![allow(dead_code)]
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// True when running as root; otherwise prints why the test is skipped.
 pub fn root_or_skip(test: &str) -> bool {
@@ -67,4 +69,120 @@ pub fn host_snapshot() -> String {
         "links: {links:?}\nnetns: {netns:?}\nnft: {}",
         run(&["nft", "list", "ruleset"])
     )
+}
+
+static NETNS_COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// A network namespace `wt-<tag>-<pid>-<n>` with loopback up, deleted on drop.
+pub struct Netns(pub String);
+
+impl Netns {
+    /// Create it (a leftover of the same name is removed first).
+    pub fn new(tag: &str) -> Self {
+        let name = format!(
+            "wt-{tag}-{}-{}",
+            std::process::id(),
+            NETNS_COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let _ = Command::new("ip")
+            .args(["netns", "del", &name])
+            .stderr(Stdio::null())
+            .status();
+        assert!(
+            Command::new("ip")
+                .args(["netns", "add", &name])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let _ = Command::new("ip")
+            .args(["netns", "exec", &name, "ip", "link", "set", "lo", "up"])
+            .status();
+        Self(name)
+    }
+
+    /// Run a command inside; its stdout.
+    pub fn exec(&self, args: &[&str]) -> String {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.0])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `ip -j link` inside, as JSON objects.
+    pub fn link_details(&self) -> Vec<serde_json::Value> {
+        let json: serde_json::Value =
+            serde_json::from_str(&self.exec(&["ip", "-j", "-d", "link"])).unwrap_or_default();
+        json.as_array().cloned().unwrap_or_default()
+    }
+
+    /// Names of the links inside.
+    pub fn links(&self) -> Vec<String> {
+        self.link_details()
+            .iter()
+            .filter_map(|l| l["ifname"].as_str().map(String::from))
+            .collect()
+    }
+
+    /// Run `f` on a short-lived OS thread that entered this namespace (sockets made there
+    /// stay in it).
+    pub fn enter<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let file = std::fs::File::open(format!("/run/netns/{}", self.0)).unwrap();
+        std::thread::spawn(move || {
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+            f()
+        })
+        .join()
+        .unwrap()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// The container id the runtime passes in [`run_shim`].
+pub const CONTAINER_ID: &str = "c0ffee0000000000000000000000000000000000000000000000000000000001";
+
+/// Exec the shim (`weft-cni`) as a runtime does: `command` for pod `namespace/pod` in `pod_ns`,
+/// eth0, the config on stdin.
+pub fn run_shim(
+    shim: &Path,
+    conf: &serde_json::Value,
+    command: &str,
+    pod_ns: &Netns,
+    namespace: &str,
+    pod: &str,
+) -> Output {
+    let cni_path = format!(
+        "{}:/usr/lib/cni",
+        shim.parent().unwrap_or(Path::new("/")).display()
+    );
+    let mut child = Command::new(shim)
+        .env_clear()
+        .env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", CONTAINER_ID)
+        .env("CNI_NETNS", format!("/run/netns/{}", pod_ns.0))
+        .env("CNI_IFNAME", "eth0")
+        .env(
+            "CNI_ARGS",
+            format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={pod};K8S_POD_INFRA_CONTAINER_ID=c0ffee"),
+        )
+        .env("CNI_PATH", cni_path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(conf.to_string().as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
 }

@@ -4,57 +4,11 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-
-struct Netns(String);
-impl Netns {
-    fn new(tag: &str) -> Self {
-        let name = format!("wt-{tag}-{}", std::process::id());
-        let _ = Command::new("ip")
-            .args(["netns", "del", &name])
-            .stderr(Stdio::null())
-            .status();
-        assert!(
-            Command::new("ip")
-                .args(["netns", "add", &name])
-                .status()
-                .unwrap()
-                .success()
-        );
-        let _ = Command::new("ip")
-            .args(["netns", "exec", &name, "ip", "link", "set", "lo", "up"])
-            .status();
-        Self(name)
-    }
-    fn exec(&self, args: &[&str]) -> String {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.0])
-            .args(args)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-    fn links(&self) -> Vec<String> {
-        let json: serde_json::Value =
-            serde_json::from_str(&self.exec(&["ip", "-j", "link"])).unwrap_or_default();
-        json.as_array()
-            .cloned()
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|l| l["ifname"].as_str().map(String::from))
-            .collect()
-    }
-}
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
 
 /// A node namespace running an agent, with a cluster network, NADs and pods in the store.
 struct Node {
@@ -176,26 +130,14 @@ impl Node {
     }
 
     fn shim(&self, command: &str, pod_ns: &Netns, namespace: &str, pod: &str) -> std::process::Output {
-        let mut child = Command::new(self.bin.join("weft-cni"))
-            .env_clear()
-            .env("CNI_COMMAND", command)
-            .env("CNI_CONTAINERID", "c0ffee0000000000000000000000000000000000000000000000000000000001")
-            .env("CNI_NETNS", format!("/run/netns/{}", pod_ns.0))
-            .env("CNI_IFNAME", "eth0")
-            .env("CNI_ARGS", format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={pod};K8S_POD_INFRA_CONTAINER_ID=c0ffee"))
-            .env("CNI_PATH", format!("{}:/usr/lib/cni", self.bin.display()))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(self.conf.to_string().as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
+        run_shim(
+            &self.bin.join("weft-cni"),
+            &self.conf,
+            command,
+            pod_ns,
+            namespace,
+            pod,
+        )
     }
 }
 

@@ -1,0 +1,363 @@
+//! The node agent's CNI path on the Kubernetes backend: a real `weft agent --kubeconfig` process
+//! (in a node namespace) against the fake API server served over TCP, the runtime exec'ing
+//! `weft-cni`, bridge + host-local as the cluster network and a NAD's bridge as a secondary
+//! network. Pods and NADs come from the agent's watch caches (no API GET per CNI call),
+//! network-status is written through the pod's status subresource and survives lost conflicts,
+//! and DEL works from the agent's cache while the API server is down.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+use weft_store::fake_api::{CONCURRENT_WRITE_ANNOTATION, FakeApiServer, TcpServer};
+use weft_store::{MemoryStore, Object, Resource, ResourceType, Store};
+
+fn pods() -> ResourceType {
+    ResourceType::new("v1", "Pod", "pods", true)
+}
+
+fn nads() -> ResourceType {
+    weft_netconf::NetworkAttachmentDefinition::resource_type()
+}
+
+/// The fake API server (on its own runtime) and what the agent needs to reach it.
+struct FakeCluster {
+    api: FakeApiServer,
+    objects: Arc<dyn Store>,
+    tcp: Option<TcpServer>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl FakeCluster {
+    /// Serve the fake API on 127.0.0.1 inside `netns` (where the agent runs).
+    fn start(netns: &Netns) -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let objects = MemoryStore::shared();
+        let api = FakeApiServer::new(objects.clone(), [pods(), nads()]);
+        let listener = netns.enter(|| std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+        let tcp = {
+            let _entered = runtime.enter();
+            api.serve_listener(listener).unwrap()
+        };
+        Self {
+            api,
+            objects,
+            tcp: Some(tcp),
+            runtime,
+        }
+    }
+
+    fn create(&self, ty: &ResourceType, object: Value) -> Object {
+        let object: Object = serde_json::from_value(object).unwrap();
+        self.runtime.block_on(self.objects.create(ty, object)).unwrap()
+    }
+
+    fn pod(&self, namespace: &str, name: &str) -> Option<Object> {
+        self.runtime
+            .block_on(self.objects.get(&pods(), Some(namespace), name))
+            .unwrap()
+    }
+}
+
+impl Drop for FakeCluster {
+    fn drop(&mut self) {
+        // Stop serving inside the runtime before the runtime goes.
+        let _entered = self.runtime.enter();
+        self.tcp.take();
+    }
+}
+
+/// A `weft agent --kubeconfig` process in a node namespace, killed on drop.
+struct KubeAgent {
+    child: Child,
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    conf: Value,
+}
+
+impl KubeAgent {
+    fn start(node: &Netns, cluster: &FakeCluster) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path();
+        let bin = state.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::os::unix::fs::symlink(weft_bin(), bin.join("weft-cni")).unwrap();
+        let conf_dir = state.join("net.d");
+        std::fs::create_dir_all(&conf_dir).unwrap();
+        let cluster_network = json!({
+            "cniVersion": "1.0.0", "name": "cluster",
+            "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true,
+                         "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.251.0.0/24"}]],
+                                  "routes": [{"dst": "0.0.0.0/0"}], "dataDir": state.join("hl-cluster")}}]
+        });
+        std::fs::write(conf_dir.join("10-cluster.conflist"), cluster_network.to_string()).unwrap();
+        let conf = json!({
+            "cniVersion": "1.0.0", "name": "weft", "type": "weft-cni",
+            "clusterNetwork": conf_dir.join("10-cluster.conflist"),
+            "daemonSocketDir": state,
+        });
+        let kubeconfig = state.join("kubeconfig");
+        cluster
+            .tcp
+            .as_ref()
+            .unwrap()
+            .write_kubeconfig(&kubeconfig)
+            .unwrap();
+        let socket = state.join("weft.sock");
+        let child = Command::new("ip")
+            .args(["netns", "exec", &node.0])
+            .arg(weft_bin())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--state-dir")
+            .arg(state)
+            .args(["--log", "info", "agent", "--node", "n1"])
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--conf-dir")
+            .arg(&conf_dir)
+            .arg("--cache-dir")
+            .arg(state.join("cache"))
+            .arg("--cni-bin-dir")
+            .arg(&bin)
+            .arg("--cni-bin-dir")
+            .arg("/usr/lib/cni")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(state.join("agent.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let agent = Self {
+            child,
+            dir,
+            bin,
+            conf,
+        };
+        // The socket appears once the watch caches are synced.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !socket.exists() {
+            assert!(Instant::now() < deadline, "agent did not start:\n{}", agent.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        agent
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
+    }
+
+    fn shim(&self, command: &str, pod_ns: &Netns, namespace: &str, pod: &str) -> std::process::Output {
+        run_shim(
+            &self.bin.join("weft-cni"),
+            &self.conf,
+            command,
+            pod_ns,
+            namespace,
+            pod,
+        )
+    }
+
+    /// Addresses host-local holds under `dir` (`<dir>/<network>/<address>`).
+    fn leases(&self, dir: &str) -> Vec<String> {
+        let names = |path: &std::path::Path| -> Vec<std::fs::DirEntry> {
+            std::fs::read_dir(path)
+                .map(|d| d.filter_map(Result::ok).collect())
+                .unwrap_or_default()
+        };
+        names(&self.dir.path().join(dir))
+            .iter()
+            .flat_map(|network| names(&network.path()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|name| name.parse::<std::net::IpAddr>().is_ok())
+            .collect()
+    }
+}
+
+impl Drop for KubeAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The veth host ends left in a namespace.
+fn veths(netns: &Netns) -> Vec<String> {
+    netns
+        .link_details()
+        .iter()
+        .filter(|l| l["linkinfo"]["info_kind"] == "veth")
+        .filter_map(|l| l["ifname"].as_str().map(String::from))
+        .collect()
+}
+
+#[test]
+fn agent_on_kubernetes_uses_watches_writes_status_through_conflicts_and_dels_with_the_api_down() {
+    if !root_or_skip(
+        "agent_on_kubernetes_uses_watches_writes_status_through_conflicts_and_dels_with_the_api_down",
+    ) {
+        return;
+    }
+    let node = Netns::new("ak-node");
+    let cluster = FakeCluster::start(&node);
+    let agent = KubeAgent::start(&node, &cluster);
+    let pod_ns = Netns::new("ak-pod");
+
+    // (a) The NAD and the pod appear after the agent started: only its watches can bring them.
+    let state = agent.dir.path().display().to_string();
+    let nad_config = json!({
+        "cniVersion": "1.0.0", "type": "bridge", "bridge": "br-blue",
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": "192.168.88.0/24"}]],
+                 "dataDir": format!("{state}/hl-blue")}
+    });
+    cluster.create(
+        &nads(),
+        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+               "metadata": {"name": "blue", "namespace": "default"},
+               "spec": {"config": nad_config.to_string()}}),
+    );
+    cluster.create(
+        &pods(),
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "web", "namespace": "default",
+                            "annotations": {"k8s.v1.cni.cncf.io/networks": "blue@blue0"}},
+               "spec": {"nodeName": "n1"}}),
+    );
+    // Watch events travel over loopback in well under this.
+    std::thread::sleep(Duration::from_secs(1));
+
+    // (b) The first two status updates lose to a concurrent writer.
+    cluster
+        .api
+        .conflict_next_status_updates(&pods(), Some("default"), "web", 2);
+    cluster.api.clear_requests();
+    let add = agent.shim("ADD", &pod_ns, "default", "web");
+    assert!(
+        add.status.success(),
+        "ADD failed: {}\nagent log:\n{}",
+        text(&add),
+        agent.log()
+    );
+    let during_add = cluster.api.requests();
+    let result: Value = serde_json::from_slice(&add.stdout).unwrap();
+    assert!(
+        result["ips"][0]["address"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("10.251.0."),
+        "the cluster network's result: {result}"
+    );
+    let mut links = pod_ns.links();
+    links.sort();
+    assert_eq!(
+        links,
+        ["blue0", "eth0", "lo"],
+        "the NAD from the watch was attached"
+    );
+
+    // Reads came from the caches: the only API calls were the status writes (2 lost, then one
+    // that won; one more lost round is possible if a retry ran before the watch delivered the
+    // concurrent write, the API server then rejects its stale resourceVersion).
+    let status_put = "PUT /api/v1/namespaces/default/pods/web/status";
+    assert!(
+        during_add.iter().all(|r| r.starts_with(status_put)),
+        "only status writes during ADD, no GET: {during_add:#?}"
+    );
+    assert!(
+        during_add.len() >= 3,
+        "two lost updates and one that won: {during_add:#?}"
+    );
+
+    // network-status landed on the pod and the concurrent writer's change was kept.
+    let pod = cluster.pod("default", "web").expect("pod");
+    assert_eq!(
+        pod.metadata.annotation(CONCURRENT_WRITE_ANNOTATION),
+        Some("2"),
+        "the retry re-read the pod instead of overwriting the concurrent writes"
+    );
+    assert_eq!(
+        pod.metadata.annotation("k8s.v1.cni.cncf.io/networks"),
+        Some("blue@blue0")
+    );
+    let status: Value = serde_json::from_str(
+        pod.metadata
+            .annotation("k8s.v1.cni.cncf.io/network-status")
+            .expect("network-status on the pod"),
+    )
+    .unwrap();
+    let status = status.as_array().expect("a list");
+    assert_eq!(status.len(), 2, "{status:?}");
+    assert_eq!(status[0]["name"], "cluster");
+    assert_eq!(status[0]["interface"], "eth0");
+    assert_eq!(status[0]["default"], true);
+    assert!(
+        status[0]["ips"][0]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("10.251.0."),
+        "{status:?}"
+    );
+    assert_eq!(status[1]["name"], "default/blue");
+    assert_eq!(status[1]["interface"], "blue0");
+    assert!(
+        status[1]["ips"][0]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("192.168.88."),
+        "{status:?}"
+    );
+    let blue_mac = pod_ns
+        .link_details()
+        .into_iter()
+        .find(|l| l["ifname"] == "blue0")
+        .unwrap()["address"]
+        .clone();
+    assert_eq!(status[1]["mac"], blue_mac);
+    assert_eq!(agent.leases("hl-cluster").len(), 1);
+    assert_eq!(agent.leases("hl-blue").len(), 1);
+    assert_eq!(veths(&node).len(), 2, "one host end per attachment");
+
+    // (c) The API server goes away: DEL works from the agent's cache and removes everything.
+    cluster.api.set_down(true);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let relist_failed = |kind: &str| {
+        agent
+            .log()
+            .lines()
+            .any(|l| l.contains("cache list failed") && l.contains(kind))
+    };
+    // Both watch caches lost the API server (their relists fail): it is down for the agent too.
+    while !(relist_failed("Pod") && relist_failed("NetworkAttachmentDefinition")) {
+        assert!(
+            Instant::now() < deadline,
+            "the agent did not notice the API server going down:\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let del = agent.shim("DEL", &pod_ns, "default", "web");
+    assert!(
+        del.status.success(),
+        "DEL with the API down: {}\nagent log:\n{}",
+        text(&del),
+        agent.log()
+    );
+    assert_eq!(pod_ns.links(), ["lo"], "eth0 and blue0 are gone");
+    assert!(veths(&node).is_empty(), "host ends gone: {:?}", veths(&node));
+    assert!(agent.leases("hl-cluster").is_empty(), "cluster address released");
+    assert!(agent.leases("hl-blue").is_empty(), "blue address released");
+    let again = agent.shim("DEL", &pod_ns, "default", "web");
+    assert!(
+        again.status.success(),
+        "DEL again with the API down: {}\nagent log:\n{}",
+        text(&again),
+        agent.log()
+    );
+}
