@@ -109,6 +109,20 @@ impl CachedStore {
         }
     }
 
+    /// A write that lost its compare-and-swap (`error` is a conflict) was based on a cached
+    /// copy older than the store's: read the winner's version from the backend into the cache,
+    /// so the caller's retry (read, change, write again) starts from it instead of waiting for
+    /// the watch, which may lag. Returns `error` unchanged.
+    async fn refresh_after_conflict(&self, ty: &ResourceType, key: &Key, error: StoreError) -> StoreError {
+        if error.is_conflict() && self.shelves.contains_key(ty) {
+            let ns = Some(key.0.as_str()).filter(|ns| !ns.is_empty());
+            if let Ok(Some(fresh)) = self.inner.get(ty, ns, &key.1).await {
+                self.remember(ty, &fresh);
+            }
+        }
+        error
+    }
+
     fn forget(&self, ty: &ResourceType, obj: &Object) {
         if let Some(shelf) = self.shelves.get(ty) {
             shelf
@@ -156,7 +170,11 @@ async fn reflect(
             match event {
                 WatchEvent::Added(o) | WatchEvent::Modified(o) => {
                     shelf.resource_version = o.metadata.resource_version.clone().unwrap_or_default();
-                    shelf.objects.insert(key_of(&o), o);
+                    // A fresher copy (our own write, a read after a conflict) may be cached.
+                    let key = key_of(&o);
+                    if shelf.objects.get(&key).is_none_or(|cached| newer(&o, cached)) {
+                        shelf.objects.insert(key, o);
+                    }
                 }
                 WatchEvent::Deleted(o) => {
                     shelf.objects.remove(&key_of(&o));
@@ -224,15 +242,25 @@ impl Store for CachedStore {
     }
 
     async fn update(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
-        let updated = self.inner.update(ty, obj).await?;
-        self.reflect_update(ty, &updated);
-        Ok(updated)
+        let key = key_of(&obj);
+        match self.inner.update(ty, obj).await {
+            Ok(updated) => {
+                self.reflect_update(ty, &updated);
+                Ok(updated)
+            }
+            Err(e) => Err(self.refresh_after_conflict(ty, &key, e).await),
+        }
     }
 
     async fn update_status(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
-        let updated = self.inner.update_status(ty, obj).await?;
-        self.reflect_update(ty, &updated);
-        Ok(updated)
+        let key = key_of(&obj);
+        match self.inner.update_status(ty, obj).await {
+            Ok(updated) => {
+                self.reflect_update(ty, &updated);
+                Ok(updated)
+            }
+            Err(e) => Err(self.refresh_after_conflict(ty, &key, e).await),
+        }
     }
 
     async fn delete(
@@ -377,5 +405,93 @@ mod tests {
         assert_eq!(a.metadata.annotation("k"), Some("v"));
         cached.delete(&pods(), Some("default"), "a", None).await.unwrap();
         assert!(cached.get(&pods(), Some("default"), "a").await.unwrap().is_none());
+    }
+
+    /// A backend whose watches never deliver: the cache lags behind every change.
+    struct Lagging(MemoryStore);
+
+    #[async_trait]
+    impl Store for Lagging {
+        async fn get(
+            &self,
+            ty: &ResourceType,
+            ns: Option<&str>,
+            name: &str,
+        ) -> Result<Option<Object>, StoreError> {
+            self.0.get(ty, ns, name).await
+        }
+        async fn list(
+            &self,
+            ty: &ResourceType,
+            ns: Option<&str>,
+            o: &ListOptions,
+        ) -> Result<ObjectList, StoreError> {
+            self.0.list(ty, ns, o).await
+        }
+        async fn create(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
+            self.0.create(ty, obj).await
+        }
+        async fn update(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
+            self.0.update(ty, obj).await
+        }
+        async fn update_status(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
+            self.0.update_status(ty, obj).await
+        }
+        async fn delete(
+            &self,
+            ty: &ResourceType,
+            ns: Option<&str>,
+            n: &str,
+            p: Option<&str>,
+        ) -> Result<Option<Object>, StoreError> {
+            self.0.delete(ty, ns, n, p).await
+        }
+        async fn watch(
+            &self,
+            _: &ResourceType,
+            _: Option<&str>,
+            _: &ListOptions,
+            _: Option<&str>,
+        ) -> Result<WatchStream, StoreError> {
+            Ok(futures::stream::pending().boxed())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lost_write_refreshes_the_cached_object_so_the_retry_does_not_wait_for_the_watch() {
+        let backend = Arc::new(Lagging(MemoryStore::new()));
+        backend.create(&pods(), pod("a", "node1")).await.unwrap();
+        let cached = CachedStore::new(backend.clone(), vec![(pods(), ListOptions::default())]);
+        cached.wait_synced(Duration::from_secs(5)).await.unwrap();
+        let stale = cached.get(&pods(), Some("default"), "a").await.unwrap().unwrap();
+
+        // Someone else writes; the watch does not tell the cache.
+        let mut theirs = stale.clone();
+        theirs.metadata.annotations.insert("theirs".into(), "1".into());
+        let theirs = backend.update(&pods(), theirs).await.unwrap();
+
+        let mut mine = stale.clone();
+        mine.metadata.annotations.insert("mine".into(), "1".into());
+        let lost = cached.update_status(&pods(), mine).await.unwrap_err();
+        assert!(lost.is_conflict(), "{lost}");
+        let fresh = cached.get(&pods(), Some("default"), "a").await.unwrap().unwrap();
+        assert_eq!(fresh.metadata.resource_version, theirs.metadata.resource_version);
+
+        // The retry on the refreshed copy wins and keeps their change (same for `update`).
+        let mut mine = fresh;
+        mine.metadata.annotations.insert("mine".into(), "1".into());
+        let won = cached.update_status(&pods(), mine).await.unwrap();
+        assert_eq!(won.metadata.annotation("theirs"), Some("1"));
+        let mut stale_again = stale;
+        stale_again.metadata.labels.insert("l".into(), "v".into());
+        assert!(
+            cached
+                .update(&pods(), stale_again)
+                .await
+                .unwrap_err()
+                .is_conflict()
+        );
+        let fresh = cached.get(&pods(), Some("default"), "a").await.unwrap().unwrap();
+        assert_eq!(fresh.metadata.resource_version, won.metadata.resource_version);
     }
 }

@@ -11,7 +11,7 @@
 //! [`TcpServer::write_kubeconfig`] writes the plain-HTTP kubeconfig to reach it. Two faults can
 //! be injected: [`FakeApiServer::set_down`] (the API server is unreachable) and
 //! [`FakeApiServer::conflict_next_status_updates`] (a concurrent writer wins the next status
-//! updates of an object).
+//! updates of an object); [`FakeApiServer::pause_watches`] makes watch caches lag.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -50,6 +50,8 @@ pub const CONCURRENT_WRITE_ANNOTATION: &str = "fake-api.weft.dev/concurrent-writ
 struct Faults {
     /// `true` while the API server is down.
     down: watch::Sender<bool>,
+    /// `true` while watches hold their events back.
+    watches_paused: watch::Sender<bool>,
     /// Status updates still to lose, per `plural/key` of the object.
     status_conflicts: Mutex<HashMap<String, usize>>,
     /// Concurrent writes made so far.
@@ -158,6 +160,7 @@ impl FakeApiServer {
             log: Arc::default(),
             faults: Arc::new(Faults {
                 down: watch::Sender::new(false),
+                watches_paused: watch::Sender::new(false),
                 status_conflicts: Mutex::default(),
                 concurrent_writes: Mutex::default(),
             }),
@@ -170,6 +173,13 @@ impl FakeApiServer {
     /// with a status (kube-rs retries a 503 for minutes).
     pub fn set_down(&self, down: bool) {
         self.faults.down.send_replace(down);
+    }
+
+    /// Hold back (`true`) or release (`false`) the events of every open watch. Held events
+    /// are delivered in order on release: a watch cache in front of this server lags meanwhile
+    /// (an API server under load), so only a fresh read sees the latest state.
+    pub fn pause_watches(&self, paused: bool) {
+        self.faults.watches_paused.send_replace(paused);
     }
 
     /// Make the next `count` status updates (`PUT .../status`) of one object lose to a
@@ -376,10 +386,11 @@ impl FakeApiServer {
             (Method::GET, None) if matches!(param("watch"), Some("true" | "1")) => {
                 let rv = param("resourceVersion").filter(|rv| !rv.is_empty());
                 let down = self.faults.down.subscribe();
+                let paused = self.faults.watches_paused.subscribe();
                 self.store
                     .watch(&ty, ns, &opts, rv)
                     .await
-                    .map(|events| watch_response(events, down))
+                    .map(|events| watch_response(events, down, paused))
             }
             (Method::GET, None) => self.store.list(&ty, ns, &opts).await.map(|list| {
                 let list = json!({
@@ -494,9 +505,21 @@ fn watch_line(event: Result<WatchEvent, StoreError>) -> Bytes {
     Bytes::from(bytes)
 }
 
-/// A watch response streaming `events` until the server goes down.
-fn watch_response(events: crate::WatchStream, mut down: watch::Receiver<bool>) -> Response<ResponseBody> {
+/// A watch response streaming `events` (each one once watches are not paused) until the
+/// server goes down.
+fn watch_response(
+    events: crate::WatchStream,
+    mut down: watch::Receiver<bool>,
+    paused: watch::Receiver<bool>,
+) -> Response<ResponseBody> {
     let frames = events
+        .then(move |event| {
+            let mut paused = paused.clone();
+            async move {
+                let _ = paused.wait_for(|paused| !*paused).await;
+                event
+            }
+        })
         .take_until(async move {
             let _ = down.wait_for(|down| *down).await;
         })

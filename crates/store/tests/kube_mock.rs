@@ -10,7 +10,7 @@ use kube::client::Body;
 use serde_json::{Value, json};
 use tower_test::mock;
 use weft_store::conformance::{describe, pod, pods};
-use weft_store::{KubeStore, ListOptions, Object, ResourceType, Store, StoreError};
+use weft_store::{KubeStore, ListOptions, Object, ResourceType, Store, StoreError, WatchEvent};
 
 /// One expected request and the reply to it.
 struct Step {
@@ -551,10 +551,31 @@ async fn the_fake_api_server_serves_tcp_with_injected_conflicts_and_outages() {
     let won = store.update_status(&pods(), mine).await.unwrap();
     assert_eq!(won.metadata.annotation("mine"), Some("1"));
     assert_eq!(won.metadata.annotation(CONCURRENT_WRITE_ANNOTATION), Some("1"));
-    let watched = tokio::time::timeout(std::time::Duration::from_secs(5), watch.next())
+    // The watch streams over TCP: the concurrent write, then ours.
+    for mine in [None, Some("1")] {
+        let watched = tokio::time::timeout(std::time::Duration::from_secs(5), watch.next())
+            .await
+            .unwrap();
+        let Some(Ok(WatchEvent::Modified(o))) = watched else {
+            panic!("{watched:?}")
+        };
+        assert_eq!(o.metadata.annotation(CONCURRENT_WRITE_ANNOTATION), Some("1"));
+        assert_eq!(o.metadata.annotation("mine"), mine);
+    }
+
+    // Paused watches hold events back until released.
+    server.pause_watches(true);
+    store.create(&pods(), pod("ns", "b", "x", "n1")).await.unwrap();
+    let held = tokio::time::timeout(std::time::Duration::from_millis(300), watch.next()).await;
+    assert!(held.is_err(), "no event while paused");
+    server.pause_watches(false);
+    let released = tokio::time::timeout(std::time::Duration::from_secs(5), watch.next())
         .await
         .unwrap();
-    assert!(watched.is_some(), "the watch streams over TCP");
+    assert!(
+        matches!(released, Some(Ok(WatchEvent::Added(ref o))) if o.metadata.name == "b"),
+        "{released:?}"
+    );
 
     // Down: calls fail as unavailable and open watches end; back up: calls work again.
     server.set_down(true);
