@@ -211,6 +211,7 @@ fn agent_on_kubernetes_uses_watches_writes_status_through_conflicts_and_dels_wit
     let pod_ns = Netns::new("ak-pod");
 
     // (a) The NAD and the pod appear after the agent started: only its watches can bring them.
+    cluster.api.clear_requests();
     let state = agent.dir.path().display().to_string();
     let nad_config = json!({
         "cniVersion": "1.0.0", "type": "bridge", "bridge": "br-blue",
@@ -232,46 +233,66 @@ fn agent_on_kubernetes_uses_watches_writes_status_through_conflicts_and_dels_wit
     );
     // Watch events travel over loopback in well under this.
     std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        cluster.api.requests(),
+        Vec::<String>::new(),
+        "the open watches delivered them: no list, no GET"
+    );
 
-    // (b) The first two status updates lose to a concurrent writer, and the agent's watch cache
-    // lags (its watches deliver nothing): the retries must not trust the stale cached pod.
+    let status_put = "PUT /api/v1/namespaces/default/pods/web/status";
+    let pod_get = "GET /api/v1/namespaces/default/pods/web";
+    let add = || {
+        cluster.api.clear_requests();
+        let add = agent.shim("ADD", &pod_ns, "default", "web");
+        assert!(
+            add.status.success(),
+            "ADD failed: {}\nagent log:\n{}",
+            text(&add),
+            agent.log()
+        );
+        let result: Value = serde_json::from_slice(&add.stdout).unwrap();
+        assert!(
+            result["ips"][0]["address"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("10.251.0."),
+            "the cluster network's result: {result}"
+        );
+        let mut links = pod_ns.links();
+        links.sort();
+        assert_eq!(
+            links,
+            ["blue0", "eth0", "lo"],
+            "the NAD from the watch was attached"
+        );
+        let calls = cluster.api.requests();
+        calls
+            .iter()
+            .map(|r| r.split('?').next().unwrap_or(r).to_string())
+            .collect::<Vec<_>>()
+    };
+    // Pod and NAD come from the caches: the one API call of an ADD is the status write.
+    assert_eq!(add(), [status_put], "API calls during ADD");
+    cluster.api.clear_requests();
+    let del = agent.shim("DEL", &pod_ns, "default", "web");
+    assert!(del.status.success(), "DEL: {}\n{}", text(&del), agent.log());
+    assert_eq!(pod_ns.links(), ["lo"]);
+    assert_eq!(
+        cluster.api.requests(),
+        Vec::<String>::new(),
+        "DEL needs no API call"
+    );
+
+    // (b) ADD again. The first two status updates lose to a concurrent writer, and the agent's
+    // watch cache lags (its watches deliver nothing): the retries must not trust the stale
+    // cached pod.
     cluster
         .api
         .conflict_next_status_updates(&pods(), Some("default"), "web", 2);
     cluster.api.pause_watches(true);
-    cluster.api.clear_requests();
-    let add = agent.shim("ADD", &pod_ns, "default", "web");
-    assert!(
-        add.status.success(),
-        "ADD failed: {}\nagent log:\n{}",
-        text(&add),
-        agent.log()
-    );
-    let during_add = cluster.api.requests();
-    let result: Value = serde_json::from_slice(&add.stdout).unwrap();
-    assert!(
-        result["ips"][0]["address"]
-            .as_str()
-            .unwrap_or("")
-            .starts_with("10.251.0."),
-        "the cluster network's result: {result}"
-    );
-    let mut links = pod_ns.links();
-    links.sort();
-    assert_eq!(
-        links,
-        ["blue0", "eth0", "lo"],
-        "the NAD from the watch was attached"
-    );
-
-    // Reads came from the caches: no GET before the first write. After each lost write one
-    // fresh read of the pod (the lagging cache cannot have the winner), then the write again.
-    let status_put = "PUT /api/v1/namespaces/default/pods/web/status";
-    let pod_get = "GET /api/v1/namespaces/default/pods/web";
-    let calls: Vec<&str> = during_add
-        .iter()
-        .map(|r| r.split('?').next().unwrap_or(r))
-        .collect();
+    let calls = add();
+    // Still no GET before the first write. After each lost write one fresh read of the pod
+    // (the lagging cache cannot have the winner), then the write again.
     assert_eq!(
         calls,
         [status_put, pod_get, status_put, pod_get, status_put],
