@@ -2,8 +2,10 @@
 //! (in a node namespace) against the fake API server served over TCP, the runtime exec'ing
 //! `weft-cni`, bridge + host-local as the cluster network and a NAD's bridge as a secondary
 //! network. Pods and NADs come from the agent's watch caches (no API GET per CNI call),
-//! network-status is written through the pod's status subresource and survives lost conflicts,
-//! and DEL works from the agent's cache while the API server is down.
+//! network-status is written through the pod's status subresource and survives lost conflicts
+//! (also while the watch cache lags), and DEL works while the API server is down: from the
+//! attachment record, and without it from the pod and NAD in the watch caches. After an outage
+//! the caches watch again and ADD works again.
 
 mod common;
 
@@ -350,15 +352,74 @@ fn agent_on_kubernetes_uses_watches_writes_status_through_conflicts_and_dels_wit
     assert_eq!(veths(&node).len(), 2, "one host end per attachment");
 
     // (c) The API server goes away: DEL works from the agent's cache and removes everything.
-    cluster.api.set_down(true);
+    take_down(&cluster, &agent);
+    let del = agent.shim("DEL", &pod_ns, "default", "web");
+    assert!(
+        del.status.success(),
+        "DEL with the API down: {}\nagent log:\n{}",
+        text(&del),
+        agent.log()
+    );
+    assert_detached(&node, &pod_ns, &agent);
+    let again = agent.shim("DEL", &pod_ns, "default", "web");
+    assert!(
+        again.status.success(),
+        "DEL again with the API down: {}\nagent log:\n{}",
+        text(&again),
+        agent.log()
+    );
+
+    // (d) The API server comes back: once the caches watch again, ADD works again. Down once
+    // more, and the attachment record on disk is lost too: DEL recomputes the delegates from
+    // the pod and the NAD in the watch caches, and still removes everything.
+    cluster.api.clear_requests();
+    cluster.api.set_down(false);
     let deadline = Instant::now() + Duration::from_secs(15);
+    let watching = |plural: &str| {
+        cluster
+            .api
+            .requests()
+            .iter()
+            .any(|r| r.starts_with("GET ") && r.contains(plural) && r.contains("watch=true"))
+    };
+    while !(watching("/pods") && watching("/network-attachment-definitions")) {
+        assert!(
+            Instant::now() < deadline,
+            "the caches did not watch again: {:#?}\n{}",
+            cluster.api.requests(),
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    add();
+    take_down(&cluster, &agent);
+    let record = agent
+        .dir
+        .path()
+        .join("cache")
+        .join(format!("{CONTAINER_ID}.json"));
+    std::fs::remove_file(&record).expect("the attachment record");
+    let del = agent.shim("DEL", &pod_ns, "default", "web");
+    assert!(
+        del.status.success(),
+        "DEL without a record, API down: {}\nagent log:\n{}",
+        text(&del),
+        agent.log()
+    );
+    assert_detached(&node, &pod_ns, &agent);
+}
+
+/// Take the API server down and wait until the agent's watch caches fail to relist (the API
+/// server is down for the agent too).
+fn take_down(cluster: &FakeCluster, agent: &KubeAgent) {
+    let seen = agent.log().len();
+    cluster.api.set_down(true);
     let relist_failed = |kind: &str| {
-        agent
-            .log()
+        agent.log()[seen..]
             .lines()
             .any(|l| l.contains("cache list failed") && l.contains(kind))
     };
-    // Both watch caches lost the API server (their relists fail): it is down for the agent too.
+    let deadline = Instant::now() + Duration::from_secs(15);
     while !(relist_failed("Pod") && relist_failed("NetworkAttachmentDefinition")) {
         assert!(
             Instant::now() < deadline,
@@ -367,22 +428,12 @@ fn agent_on_kubernetes_uses_watches_writes_status_through_conflicts_and_dels_wit
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let del = agent.shim("DEL", &pod_ns, "default", "web");
-    assert!(
-        del.status.success(),
-        "DEL with the API down: {}\nagent log:\n{}",
-        text(&del),
-        agent.log()
-    );
+}
+
+/// Nothing of the pod's attachments is left: links, host veth ends, addresses.
+fn assert_detached(node: &Netns, pod_ns: &Netns, agent: &KubeAgent) {
     assert_eq!(pod_ns.links(), ["lo"], "eth0 and blue0 are gone");
-    assert!(veths(&node).is_empty(), "host ends gone: {:?}", veths(&node));
+    assert!(veths(node).is_empty(), "host ends gone: {:?}", veths(node));
     assert!(agent.leases("hl-cluster").is_empty(), "cluster address released");
     assert!(agent.leases("hl-blue").is_empty(), "blue address released");
-    let again = agent.shim("DEL", &pod_ns, "default", "web");
-    assert!(
-        again.status.success(),
-        "DEL again with the API down: {}\nagent log:\n{}",
-        text(&again),
-        agent.log()
-    );
 }
