@@ -586,6 +586,12 @@ async fn the_fake_api_server_serves_tcp_with_injected_conflicts_and_outages() {
     })
     .await;
     assert!(ended.is_ok(), "the watch ends when the server goes down");
+    let in_process = server
+        .kube_store()
+        .get(&pods(), Some("ns"), "a")
+        .await
+        .unwrap_err();
+    assert!(matches!(in_process, StoreError::Unavailable(_)), "{in_process}");
     server.set_down(false);
     assert!(store.get(&pods(), Some("ns"), "a").await.unwrap().is_some());
 
