@@ -452,6 +452,58 @@ async fn kubeconfig_constructor_and_refused_connections() {
     assert!(err.to_string().contains("missing"), "{err}");
 }
 
+/// An API server answering 503 to everything: kube's default policy would retry 15 times with
+/// backoff up to 1000 s (minutes per call); ours retries 5 times within about 1.5 s, then the
+/// call fails as `Unavailable`.
+#[tokio::test]
+async fn a_server_answering_503_is_retried_briefly_then_reported() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = answered.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let body = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"ServiceUnavailable","code":503}"#;
+            let _ = write!(
+                stream,
+                "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: test\n\
+             clusters: [{{name: test, cluster: {{server: \"http://{addr}\"}}}}]\n\
+             users: [{{name: test, user: {{}}}}]\n\
+             contexts: [{{name: test, context: {{cluster: test, user: test, namespace: ns}}}}]\n"
+        ),
+    )
+    .unwrap();
+    let store = KubeStore::from_kubeconfig(&path).await.unwrap();
+    let started = std::time::Instant::now();
+    let err = store.get(&pods(), Some("ns"), "a").await.unwrap_err();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    assert_eq!(
+        answered.load(std::sync::atomic::Ordering::SeqCst),
+        6,
+        "the call and 5 retries"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_watch_closed_at_once_is_reissued_after_a_pause() {
     let mut empty = step(Method::GET, "/api/v1/namespaces/ns/pods", 200, Value::Null);

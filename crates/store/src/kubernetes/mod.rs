@@ -24,6 +24,26 @@ use crate::semantics::check_identity;
 use crate::{ListOptions, Object, ObjectList, ResourceType, Store, StoreError, WatchEvent, WatchStream};
 use convert::{Call, api_resource, from_dynamic, list_params, store_error, to_dynamic, watch_params};
 
+/// A client whose retries of 429/503/504 answers stay short: kube's default policy retries 15
+/// times with backoff up to 1000 s, which would hold a CNI call for minutes behind an API server
+/// answering 503. Ours gives up after about 1.5 s (5 retries, 50 ms doubling to 800 ms) and lets
+/// the caller's own retry (the runtime's, a controller's requeue) take over.
+fn bounded_client(mut config: Config) -> Result<Client, kube::Error> {
+    config.default_retry = false;
+    let policy = kube::client::retry::RetryPolicy::new(
+        Duration::from_millis(50),
+        Duration::from_millis(800),
+        5,
+        false,
+    )
+    .expect("valid retry backoff");
+    // Retrying needs a service it can clone: the buffer gives one over kube's boxed stack.
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&tower::buffer::BufferLayer::new(1024))
+        .with_layer(&tower::retry::RetryLayer::new(policy))
+        .build())
+}
+
 /// The [`Store`] backed by a Kubernetes API server.
 #[derive(Clone)]
 pub struct KubeStore {
@@ -46,17 +66,20 @@ impl KubeStore {
         let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
             .map_err(|e| unavailable(&e))?;
-        let client = Client::try_from(config).map_err(|e| unavailable(&e))?;
+        let client = bounded_client(config).map_err(|e| unavailable(&e))?;
         Ok(Self::from_client(client))
     }
 
     /// Connect from the environment: the in-cluster service account when running in a pod,
     /// else `$KUBECONFIG` or `~/.kube/config`.
     pub async fn try_default() -> Result<Self, StoreError> {
-        Client::try_default()
-            .await
+        let unavailable = |e: &dyn std::fmt::Display| {
+            StoreError::Unavailable(format!("Kubernetes client configuration: {e}"))
+        };
+        let config = Config::infer().await.map_err(|e| unavailable(&e))?;
+        bounded_client(config)
             .map(Self::from_client)
-            .map_err(|e| StoreError::Unavailable(format!("Kubernetes client configuration: {e}")))
+            .map_err(|e| unavailable(&e))
     }
 
     /// The underlying client.
