@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -114,42 +114,65 @@ impl KubeAgent {
             .unwrap()
             .write_kubeconfig(&kubeconfig)
             .unwrap();
-        let socket = state.join("weft.sock");
-        let child = Command::new("ip")
-            .args(["netns", "exec", &node.0])
-            .arg(weft_bin())
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--state-dir")
-            .arg(state)
-            .args(["--log", "info", "agent", "--node", "n1"])
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--conf-dir")
-            .arg(&conf_dir)
-            .arg("--cache-dir")
-            .arg(state.join("cache"))
-            .arg("--cni-bin-dir")
-            .arg(&bin)
-            .arg("--cni-bin-dir")
-            .arg("/usr/lib/cni")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(state.join("agent.log")).unwrap())
-            .spawn()
-            .unwrap();
+        let child = Self::spawn(node, state);
         let agent = Self {
             child,
             dir,
             bin,
             conf,
         };
-        // The socket appears once the watch caches are synced.
+        agent.wait_for_socket();
+        agent
+    }
+
+    /// `weft agent` on `state`'s kubeconfig, conf dir, cache dir and plugins, in `node`.
+    fn spawn(node: &Netns, state: &Path) -> Child {
+        Command::new("ip")
+            .args(["netns", "exec", &node.0])
+            .arg(weft_bin())
+            .arg("--kubeconfig")
+            .arg(state.join("kubeconfig"))
+            .arg("--state-dir")
+            .arg(state)
+            .args(["--log", "info", "agent", "--node", "n1"])
+            .arg("--socket")
+            .arg(state.join("weft.sock"))
+            .arg("--conf-dir")
+            .arg(state.join("net.d"))
+            .arg("--cache-dir")
+            .arg(state.join("cache"))
+            .arg("--cni-bin-dir")
+            .arg(state.join("bin"))
+            .arg("--cni-bin-dir")
+            .arg("/usr/lib/cni")
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(state.join("agent.log"))
+                    .unwrap(),
+            )
+            .spawn()
+            .unwrap()
+    }
+
+    fn wait_for_socket(&self) {
+        let socket = self.dir.path().join("weft.sock");
         let deadline = Instant::now() + Duration::from_secs(30);
         while !socket.exists() {
-            assert!(Instant::now() < deadline, "agent did not start:\n{}", agent.log());
+            assert!(Instant::now() < deadline, "agent did not start:\n{}", self.log());
             std::thread::sleep(Duration::from_millis(50));
         }
-        agent
+    }
+
+    /// Stop the agent and start it again on the same state (attachment records included).
+    fn restart(&mut self, node: &Netns) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(self.dir.path().join("weft.sock"));
+        self.child = Self::spawn(node, self.dir.path());
+        self.wait_for_socket();
     }
 
     fn log(&self) -> String {
@@ -403,6 +426,22 @@ fn agent_on_kubernetes_uses_watches_writes_status_through_conflicts_and_dels_wit
     assert!(
         del.status.success(),
         "DEL without a record, API down: {}\nagent log:\n{}",
+        text(&del),
+        agent.log()
+    );
+    assert_detached(&node, &pod_ns, &agent);
+
+    // (e) The agent restarts during an outage: it serves at once, its caches unsynced, and DEL
+    // works from the attachment record on disk.
+    cluster.api.set_down(false);
+    add();
+    cluster.api.set_down(true);
+    let mut agent = agent;
+    agent.restart(&node);
+    let del = agent.shim("DEL", &pod_ns, "default", "web");
+    assert!(
+        del.status.success(),
+        "DEL by an agent started during the outage: {}\nagent log:\n{}",
         text(&del),
         agent.log()
     );

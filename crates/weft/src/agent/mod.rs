@@ -119,8 +119,18 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
                 ),
             ],
         );
-        cached.wait_synced(std::time::Duration::from_secs(20)).await?;
-        store = Arc::new(cached);
+        // Serve at once, synced or not: until the caches sync, reads go to the API server, and
+        // DEL works from the attachment records even when the API server is down (an agent
+        // restarted during an outage must not fail every DEL as "agent unreachable").
+        let cached = Arc::new(cached);
+        let syncing = cached.clone();
+        tokio::spawn(async move {
+            match syncing.wait_synced(std::time::Duration::from_secs(20)).await {
+                Ok(()) => tracing::info!("watch caches synced"),
+                Err(e) => tracing::warn!("{e}: reads go to the API server until the caches sync"),
+            }
+        });
+        store = cached;
     }
     let daemon_config = autoconf::load_daemon_config(args.config.as_deref())?;
     let agent = Arc::new(Agent {
