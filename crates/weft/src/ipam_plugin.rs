@@ -77,14 +77,26 @@ fn kubeconfig(request: &PluginRequest) -> Option<PathBuf> {
 /// The agent socket to hand this request to: set by the agent for its delegates, and only when
 /// the agent serves the very store this request's config names.
 fn agent_socket(request: &PluginRequest) -> Option<PathBuf> {
-    let socket = std::env::var_os(crate::protocol::IPAM_SOCKET_ENV)?;
-    let agents_store = std::env::var(crate::protocol::IPAM_STORE_ENV).ok()?;
     let target = match kubeconfig(request) {
         Some(path) => crate::cluster::StoreTarget::Kubernetes(Some(path)),
         None => crate::cluster::StoreTarget::Embedded,
     };
-    let ours = crate::cluster::store_identity(&target, &state_dir(request))?;
-    (ours == agents_store).then(|| PathBuf::from(socket))
+    choose_agent(
+        std::env::var_os(crate::protocol::IPAM_SOCKET_ENV).map(PathBuf::from),
+        std::env::var(crate::protocol::IPAM_STORE_ENV).ok(),
+        crate::cluster::store_identity(&target, &state_dir(request)),
+    )
+}
+
+/// The agent's socket when the agent announced one and serves `ours`, the store this request
+/// names (`None` when it cannot be named: then no agent serves it).
+fn choose_agent(
+    socket: Option<PathBuf>,
+    agents_store: Option<String>,
+    ours: Option<String>,
+) -> Option<PathBuf> {
+    let (socket, agents_store, ours) = (socket?, agents_store?, ours?);
+    (agents_store == ours).then_some(socket)
 }
 
 /// Let the agent answer; `None` when no agent answered (the plugin then does the work itself:
@@ -151,5 +163,56 @@ impl Plugin for IpamPlugin {
     }
     fn gc(&self, request: &PluginRequest) -> Result<(), CniError> {
         self.call(request).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_go_to_an_agent_only_when_it_serves_their_store() {
+        let socket = || Some(PathBuf::from("/run/weft/weft.sock"));
+        let store = |s: &str| Some(s.to_string());
+        assert_eq!(
+            choose_agent(
+                socket(),
+                store("sqlite:/var/lib/weft/store.db"),
+                store("sqlite:/var/lib/weft/store.db")
+            ),
+            socket()
+        );
+        assert_eq!(
+            choose_agent(
+                socket(),
+                store("sqlite:/var/lib/weft/store.db"),
+                store("sqlite:/tmp/other/store.db")
+            ),
+            None,
+            "another store"
+        );
+        assert_eq!(
+            choose_agent(
+                socket(),
+                store("in-cluster"),
+                store("kubeconfig:/etc/cni/net.d/weft.kubeconfig")
+            ),
+            None
+        );
+        assert_eq!(
+            choose_agent(socket(), None, store("in-cluster")),
+            None,
+            "no store announced"
+        );
+        assert_eq!(
+            choose_agent(None, store("in-cluster"), store("in-cluster")),
+            None,
+            "no socket"
+        );
+        assert_eq!(
+            choose_agent(socket(), store("sqlite:/x/store.db"), None),
+            None,
+            "our store cannot be named (no such file yet)"
+        );
     }
 }
