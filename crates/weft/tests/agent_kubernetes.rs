@@ -122,6 +122,13 @@ impl KubeAgent {
             conf,
         };
         agent.wait_for_socket();
+        // The agent serves before its caches are synced; the test starts from synced caches
+        // (their list and watch requests done).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !agent.log().contains("watch caches synced") {
+            assert!(Instant::now() < deadline, "caches did not sync:\n{}", agent.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
         agent
     }
 
@@ -236,6 +243,7 @@ fn agent_on_kubernetes_uses_watches_writes_status_through_conflicts_and_dels_wit
     let pod_ns = Netns::new("ak-pod");
 
     // (a) The NAD and the pod appear after the agent started: only its watches can bring them.
+    wait_for_watches(&cluster, &agent);
     cluster.api.clear_requests();
     let state = agent.dir.path().display().to_string();
     let nad_config = json!({
@@ -397,23 +405,7 @@ fn agent_on_kubernetes_uses_watches_writes_status_through_conflicts_and_dels_wit
     // the pod and the NAD in the watch caches, and still removes everything.
     cluster.api.clear_requests();
     cluster.api.set_down(false);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let watching = |plural: &str| {
-        cluster
-            .api
-            .requests()
-            .iter()
-            .any(|r| r.starts_with("GET ") && r.contains(plural) && r.contains("watch=true"))
-    };
-    while !(watching("/pods") && watching("/network-attachment-definitions")) {
-        assert!(
-            Instant::now() < deadline,
-            "the caches did not watch again: {:#?}\n{}",
-            cluster.api.requests(),
-            agent.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_watches(&cluster, &agent);
     add();
     take_down(&cluster, &agent);
     let record = agent
@@ -446,6 +438,27 @@ fn agent_on_kubernetes_uses_watches_writes_status_through_conflicts_and_dels_wit
         agent.log()
     );
     assert_detached(&node, &pod_ns, &agent);
+}
+
+/// Wait until the agent's caches watch pods and NADs (since the last `clear_requests`).
+fn wait_for_watches(cluster: &FakeCluster, agent: &KubeAgent) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let watching = |plural: &str| {
+        cluster
+            .api
+            .requests()
+            .iter()
+            .any(|r| r.starts_with("GET ") && r.contains(plural) && r.contains("watch=true"))
+    };
+    while !(watching("/pods") && watching("/network-attachment-definitions")) {
+        assert!(
+            Instant::now() < deadline,
+            "the caches do not watch: {:#?}\n{}",
+            cluster.api.requests(),
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Take the API server down and wait until the agent's watch caches fail to relist (the API
