@@ -3,7 +3,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// True when running as root; otherwise prints why the test is skipped.
@@ -185,4 +185,47 @@ pub fn run_shim(
         .write_all(conf.to_string().as_bytes())
         .unwrap();
     child.wait_with_output().unwrap()
+}
+
+/// A child process killed and reaped when dropped.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `weft agent --node n1` inside `node`, on the embedded store of `state`: socket
+/// `<state>/weft.sock`, conf dir `conf_dir`, delegates from `bin` then /usr/lib/cni, log in
+/// `<state>/agent.log`, plus `extra` arguments. Returns once the socket exists (or after 10 s).
+pub fn start_agent(node: &Netns, state: &Path, conf_dir: &Path, bin: &Path, extra: &[&str]) -> KillOnDrop {
+    let socket = state.join("weft.sock");
+    let agent = Command::new("ip")
+        .args(["netns", "exec", &node.0])
+        .arg(weft_bin())
+        .arg("--state-dir")
+        .arg(state)
+        .args(["agent", "--node", "n1"])
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--conf-dir")
+        .arg(conf_dir)
+        .arg("--cache-dir")
+        .arg(state.join("cache"))
+        .arg("--cni-bin-dir")
+        .arg(bin)
+        .arg("--cni-bin-dir")
+        .arg("/usr/lib/cni")
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(state.join("agent.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !socket.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    KillOnDrop(agent)
 }

@@ -5,51 +5,11 @@
 
 mod common;
 
-use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{Value, json};
-
-const CONTAINER_ID: &str = "c0ffee0000000000000000000000000000000000000000000000000000000002";
-
-struct Netns(String);
-
-impl Netns {
-    fn new(tag: &str) -> Self {
-        let name = format!("wt-{tag}-{}", std::process::id());
-        let _ = Command::new("ip")
-            .args(["netns", "del", &name])
-            .stderr(Stdio::null())
-            .status();
-        assert!(
-            Command::new("ip")
-                .args(["netns", "add", &name])
-                .status()
-                .unwrap()
-                .success()
-        );
-        Self(name)
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-struct Agent(Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A delegate that records each call's stdin as `<dir>/<COMMAND>.json`; on ADD it records
 /// what the device-info file held before it ran, writes its own device-info there and returns
@@ -82,29 +42,7 @@ fn pod_uid(state: &Path, name: &str) -> String {
 }
 
 fn shim(bin: &Path, conf: &Value, command: &str, pod_ns: &Netns) -> std::process::Output {
-    let mut child = Command::new(bin.join("weft-cni"))
-        .env_clear()
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", CONTAINER_ID)
-        .env("CNI_NETNS", format!("/run/netns/{}", pod_ns.0))
-        .env("CNI_IFNAME", "eth0")
-        .env(
-            "CNI_ARGS",
-            "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=dev;K8S_POD_INFRA_CONTAINER_ID=c0ffee",
-        )
-        .env("CNI_PATH", format!("{}:/usr/lib/cni", bin.display()))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(conf.to_string().as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    run_shim(&bin.join("weft-cni"), conf, command, pod_ns, "default", "dev")
 }
 
 #[test]
@@ -178,33 +116,7 @@ spec: {nodeName: n1}
     std::fs::write(&dp_file, dp_info.to_string()).unwrap();
 
     let node = Netns::new("dev-node");
-    let socket = state.join("weft.sock");
-    let _agent = Agent(
-        Command::new("ip")
-            .args(["netns", "exec", &node.0])
-            .arg(weft_bin())
-            .arg("--state-dir")
-            .arg(state)
-            .args(["agent", "--node", "n1"])
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--conf-dir")
-            .arg(&conf_dir)
-            .arg("--cache-dir")
-            .arg(state.join("cache"))
-            .arg("--cni-bin-dir")
-            .arg(&bin)
-            .arg("--cni-bin-dir")
-            .arg("/usr/lib/cni")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(state.join("agent.log")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !socket.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _agent = start_agent(&node, state, &conf_dir, &bin, &[]);
     let log = || std::fs::read_to_string(state.join("agent.log")).unwrap_or_default();
     let conf = json!({
         "cniVersion": "1.0.0", "name": "weft", "type": "weft-cni",

@@ -5,26 +5,20 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
 
 /// A node namespace running an agent, with a cluster network, NADs and pods in the store.
 struct Node {
+    // Dropped first: the agent stops before its namespace and state go.
+    _agent: KillOnDrop,
     dir: tempfile::TempDir,
     bin: PathBuf,
     node_netns: String,
     conf: serde_json::Value,
-    agent: Child,
     _node: Netns,
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.agent.kill();
-        let _ = self.agent.wait();
-    }
 }
 
 impl Node {
@@ -50,32 +44,13 @@ impl Node {
         let applied = weft(state, &["apply", "-f", file.to_str().unwrap()]);
         assert!(applied.status.success(), "{}", text(&applied));
         let node = Netns::new(&format!("{tag}-node"));
-        let socket = state.join("weft.sock");
-        let agent = Command::new("ip")
-            .args(["netns", "exec", &node.0])
-            .arg(weft_bin())
-            .arg("--state-dir")
-            .arg(state)
-            .args(["agent", "--node", "n1"])
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--conf-dir")
-            .arg(&conf_dir)
-            .arg("--cache-dir")
-            .arg(state.join("cache"))
-            .arg("--cni-bin-dir")
-            .arg(&bin)
-            .arg("--cni-bin-dir")
-            .arg("/usr/lib/cni")
-            .args(["--metrics-addr", "127.0.0.1:9102"])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(state.join("agent.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !socket.exists() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let agent = start_agent(
+            &node,
+            state,
+            &conf_dir,
+            &bin,
+            &["--metrics-addr", "127.0.0.1:9102"],
+        );
         let mut conf = serde_json::json!({
             "cniVersion": "1.0.0", "name": "weft", "type": "weft-cni",
             "clusterNetwork": conf_dir.join("10-cluster.conflist"),
@@ -93,10 +68,10 @@ impl Node {
         let conflist = serde_json::json!({"cniVersion": "1.0.0", "name": "weft", "plugins": [plugin]});
         std::fs::write(conf_dir.join("00-weft.conflist"), conflist.to_string()).unwrap();
         Self {
+            _agent: agent,
             dir,
             bin,
             conf,
-            agent,
             node_netns: node.0.clone(),
             _node: node,
         }
