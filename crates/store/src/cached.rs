@@ -109,6 +109,22 @@ impl CachedStore {
         }
     }
 
+    /// Reflect a confirmed update of `key`; after a lost compare-and-swap, refresh it instead.
+    async fn after_update(
+        &self,
+        ty: &ResourceType,
+        key: &Key,
+        outcome: Result<Object, StoreError>,
+    ) -> Result<Object, StoreError> {
+        match outcome {
+            Ok(updated) => {
+                self.reflect_update(ty, &updated);
+                Ok(updated)
+            }
+            Err(e) => Err(self.refresh_after_conflict(ty, key, e).await),
+        }
+    }
+
     /// A write that lost its compare-and-swap (`error` is a conflict) was based on a cached
     /// copy older than the store's: read the winner's version from the backend into the cache,
     /// so the caller's retry (read, change, write again) starts from it instead of waiting for
@@ -243,24 +259,14 @@ impl Store for CachedStore {
 
     async fn update(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
         let key = key_of(&obj);
-        match self.inner.update(ty, obj).await {
-            Ok(updated) => {
-                self.reflect_update(ty, &updated);
-                Ok(updated)
-            }
-            Err(e) => Err(self.refresh_after_conflict(ty, &key, e).await),
-        }
+        let outcome = self.inner.update(ty, obj).await;
+        self.after_update(ty, &key, outcome).await
     }
 
     async fn update_status(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
         let key = key_of(&obj);
-        match self.inner.update_status(ty, obj).await {
-            Ok(updated) => {
-                self.reflect_update(ty, &updated);
-                Ok(updated)
-            }
-            Err(e) => Err(self.refresh_after_conflict(ty, &key, e).await),
-        }
+        let outcome = self.inner.update_status(ty, obj).await;
+        self.after_update(ty, &key, outcome).await
     }
 
     async fn delete(
