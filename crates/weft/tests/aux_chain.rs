@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use common::*;
@@ -36,24 +35,11 @@ fn shim_agent_auxiliary_chain_runs_after_the_pod_networks_and_is_torn_down() {
     }
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path();
-    let bin = state.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::os::unix::fs::symlink(weft_bin(), bin.join("weft-cni")).unwrap();
+    let (bin, conf_dir) = node_files(state, "10.252.0.0/24");
     std::os::unix::fs::symlink(weft_bin(), bin.join("passthru")).unwrap();
-    let plugin = bin.join("chainrec");
-    std::fs::write(&plugin, CHAINED_PLUGIN).unwrap();
-    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    install_script_plugin(&bin, "chainrec", CHAINED_PLUGIN);
     let calls = state.join("calls");
-
-    let conf_dir = state.join("net.d");
     std::fs::create_dir_all(conf_dir.join("vendor-chain")).unwrap();
-    let cluster = json!({
-        "cniVersion": "1.0.0", "name": "cluster",
-        "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true,
-                     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.252.0.0/24"}]],
-                              "dataDir": state.join("host-local")}}]
-    });
-    std::fs::write(conf_dir.join("10-cluster.conflist"), cluster.to_string()).unwrap();
     std::fs::write(
         conf_dir.join("vendor-chain/10-rec.conf"),
         r#"{"type":"chainrec","marker":"kept"}"#,
@@ -73,12 +59,7 @@ spec: {nodeName: n1}
     let node = Netns::new("aux-node");
     let _agent = start_agent(&node, state, &conf_dir, &bin, &[]);
     let log = || std::fs::read_to_string(state.join("agent.log")).unwrap_or_default();
-    let conf = json!({
-        "cniVersion": "1.0.0", "name": "weft", "type": "weft-cni",
-        "clusterNetwork": conf_dir.join("10-cluster.conflist"),
-        "daemonSocketDir": state,
-        "auxiliaryCNIChainName": "vendor-chain",
-    });
+    let conf = shim_config(state, &conf_dir, json!({"auxiliaryCNIChainName": "vendor-chain"}));
     let pod = Netns::new("aux-pod");
 
     let add = shim(&bin, &conf, "ADD", &pod);

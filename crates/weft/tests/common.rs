@@ -229,3 +229,44 @@ pub fn start_agent(node: &Netns, state: &Path, conf_dir: &Path, bin: &Path, extr
     }
     KillOnDrop(agent)
 }
+
+/// A node's files under `state`: `bin/` holding `weft-cni` (the weft binary) and the script
+/// plugins tests add, and `net.d/10-cluster.conflist`, the cluster network (bridge `cni0` +
+/// host-local on `subnet`, default route, leases in `<state>/host-local`). Returns (bin, conf dir).
+pub fn node_files(state: &Path, subnet: &str) -> (PathBuf, PathBuf) {
+    let bin = state.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(weft_bin(), bin.join("weft-cni")).unwrap();
+    let conf_dir = state.join("net.d");
+    std::fs::create_dir_all(&conf_dir).unwrap();
+    let cluster = serde_json::json!({
+        "cniVersion": "1.0.0", "name": "cluster",
+        "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true,
+                     "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]],
+                              "routes": [{"dst": "0.0.0.0/0"}], "dataDir": state.join("host-local")}}]
+    });
+    std::fs::write(conf_dir.join("10-cluster.conflist"), cluster.to_string()).unwrap();
+    (bin, conf_dir)
+}
+
+/// Write an executable script plugin `name` into `bin`.
+pub fn install_script_plugin(bin: &Path, name: &str, script: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let plugin = bin.join(name);
+    std::fs::write(&plugin, script).unwrap();
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// The `weft-cni` config a runtime hands the shim: the cluster network of [`node_files`], the
+/// agent socket in `state`, and every key of `extra`.
+pub fn shim_config(state: &Path, conf_dir: &Path, extra: serde_json::Value) -> serde_json::Value {
+    let mut conf = serde_json::json!({
+        "cniVersion": "1.0.0", "name": "weft", "type": "weft-cni",
+        "clusterNetwork": conf_dir.join("10-cluster.conflist"),
+        "daemonSocketDir": state,
+    });
+    if let (Some(conf), Some(extra)) = (conf.as_object_mut(), extra.as_object()) {
+        conf.extend(extra.clone());
+    }
+    conf
+}

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use common::*;
@@ -52,23 +51,9 @@ fn shim_agent_resource_device_reaches_the_delegate_and_device_info_the_status() 
     }
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path();
-    let bin = state.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::os::unix::fs::symlink(weft_bin(), bin.join("weft-cni")).unwrap();
-    let plugin = bin.join("devrec");
-    std::fs::write(&plugin, RECORDING_PLUGIN).unwrap();
-    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (bin, conf_dir) = node_files(state, "10.251.0.0/24");
+    install_script_plugin(&bin, "devrec", RECORDING_PLUGIN);
     let calls = state.join("calls");
-
-    let conf_dir = state.join("net.d");
-    std::fs::create_dir_all(&conf_dir).unwrap();
-    let cluster = json!({
-        "cniVersion": "1.0.0", "name": "cluster",
-        "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true,
-                     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.251.0.0/24"}]],
-                              "dataDir": state.join("host-local")}}]
-    });
-    std::fs::write(conf_dir.join("10-cluster.conflist"), cluster.to_string()).unwrap();
     let manifests = r#"---
 apiVersion: k8s.cni.cncf.io/v1
 kind: NetworkAttachmentDefinition
@@ -118,13 +103,11 @@ spec: {nodeName: n1}
     let node = Netns::new("dev-node");
     let _agent = start_agent(&node, state, &conf_dir, &bin, &[]);
     let log = || std::fs::read_to_string(state.join("agent.log")).unwrap_or_default();
-    let conf = json!({
-        "cniVersion": "1.0.0", "name": "weft", "type": "weft-cni",
-        "clusterNetwork": conf_dir.join("10-cluster.conflist"),
-        "daemonSocketDir": state,
-        "deviceCheckpointFile": checkpoint_file,
-        "deviceInfoDir": devinfo,
-    });
+    let conf = shim_config(
+        state,
+        &conf_dir,
+        json!({"deviceCheckpointFile": checkpoint_file, "deviceInfoDir": devinfo}),
+    );
     let pod = Netns::new("dev-pod");
 
     let add = shim(&bin, &conf, "ADD", &pod);

@@ -26,19 +26,8 @@ impl Node {
     fn start(tag: &str, manifests: &str, meta: serde_json::Value) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path();
-        let bin = state.join("bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        std::os::unix::fs::symlink(weft_bin(), bin.join("weft-cni")).unwrap();
+        let (bin, conf_dir) = node_files(state, "10.250.0.0/24");
         std::os::unix::fs::symlink(weft_bin(), bin.join("weft-ipam")).unwrap();
-        let conf_dir = state.join("net.d");
-        std::fs::create_dir_all(&conf_dir).unwrap();
-        let cluster = serde_json::json!({
-            "cniVersion": "1.0.0", "name": "cluster",
-            "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true,
-                         "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.250.0.0/24"}]],
-                                  "routes": [{"dst": "0.0.0.0/0"}], "dataDir": state.join("host-local")}}]
-        });
-        std::fs::write(conf_dir.join("10-cluster.conflist"), cluster.to_string()).unwrap();
         let file = state.join("objects.yaml");
         std::fs::write(&file, manifests.replace("{state}", &state.display().to_string())).unwrap();
         let applied = weft(state, &["apply", "-f", file.to_str().unwrap()]);
@@ -51,14 +40,7 @@ impl Node {
             &bin,
             &["--metrics-addr", "127.0.0.1:9102"],
         );
-        let mut conf = serde_json::json!({
-            "cniVersion": "1.0.0", "name": "weft", "type": "weft-cni",
-            "clusterNetwork": conf_dir.join("10-cluster.conflist"),
-            "daemonSocketDir": state,
-        });
-        if let (Some(conf), Some(extra)) = (conf.as_object_mut(), meta.as_object()) {
-            conf.extend(extra.clone());
-        }
+        let conf = shim_config(state, &conf_dir, meta);
         // The conflist a runtime reads (the agent's dynamic-networks role uses it too).
         let mut plugin = conf.clone();
         if let Some(map) = plugin.as_object_mut() {
