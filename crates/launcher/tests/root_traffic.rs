@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use weft_launcher::exec::{NetlinkBackend, NetnsBackend, apply, teardown};
-use weft_launcher::{Binding, NatOptions, TapOwner, TapSettings, VmNetworkCidrs, WiringRequest, plan_wiring};
+use weft_launcher::{
+    Binding, NatOptions, TapOwner, TapSettings, VmNetworkCidrs, WiringPlan, WiringRequest, plan_wiring,
+};
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
@@ -113,6 +115,11 @@ fn serve_node_and_guest(node: &Netns, guest: &Netns) -> Result<(tempfile::TempDi
     Ok((www, node_httpd, guest_httpd))
 }
 
+/// One fetch of `url` from `ns`, given 2 s (for what must not answer).
+fn fetch_once(ns: &Netns, url: &str) -> Result<String> {
+    ns.exec(&["timeout", "2", "busybox", "wget", "-q", "-O", "-", url])
+}
+
 fn wget(ns: &Netns, url: &str) -> Result<String> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -157,6 +164,15 @@ fn request(binding: Binding, pod_link: weft_launcher::PodLink) -> WiringRequest 
     }
 }
 
+/// Plan the wiring of the pod's `eth0` with `binding` and apply it in the pod netns.
+fn wire(pod: &Netns, binding: Binding) -> Result<(NetlinkBackend, WiringPlan)> {
+    let mut backend = NetlinkBackend::open(format!("/run/netns/{}", pod.0))?;
+    let pod_link = backend.discover("eth0")?.context("eth0")?;
+    let plan = plan_wiring(&request(binding, pod_link))?;
+    apply(&mut backend, &plan)?;
+    Ok((backend, plan))
+}
+
 /// The guest's NIC: a veth whose pod end (`wt-gport`) is a port of `bridge` and whose other end
 /// is the guest netns's `eth0` (standing in for the TAP's far side).
 fn guest_port(pod: &Netns, guest: &Netns, bridge: &str) -> Result<()> {
@@ -179,10 +195,7 @@ fn masquerade_forwards_both_ways() -> Result<()> {
     pod.ip(&["-6", "route", "add", "default", "via", "2001:db8::2"])?;
     node.ip(&["addr", "add", "2001:db8::2/64", "dev", "wt-node", "nodad"])?;
 
-    let mut backend = NetlinkBackend::open(format!("/run/netns/{}", pod.0))?;
-    let pod_link = backend.discover("eth0")?.context("eth0")?;
-    let plan = plan_wiring(&request(Binding::Masquerade(NatOptions::default()), pod_link))?;
-    apply(&mut backend, &plan)?;
+    let (mut backend, plan) = wire(&pod, Binding::Masquerade(NatOptions::default()))?;
 
     // The guest's NIC: a veth port on the bridge, configured as the DHCP lease says.
     let lease = plan.lease.as_ref().unwrap().ipv4.as_ref().unwrap();
@@ -225,16 +238,7 @@ fn masquerade_forwards_both_ways() -> Result<()> {
 
     pod.ip(&["link", "del", "wt-gport"])?;
     teardown(&mut backend, &plan)?;
-    let after = node.exec(&[
-        "timeout",
-        "2",
-        "busybox",
-        "wget",
-        "-q",
-        "-O",
-        "-",
-        "http://10.222.222.1/index.html",
-    ]);
+    let after = fetch_once(&node, "http://10.222.222.1/index.html");
     assert!(after.is_err(), "no DNAT after teardown: {after:?}");
     Ok(())
 }
@@ -248,8 +252,6 @@ fn masquerade_forwards_only_declared_ports() -> Result<()> {
     }
     let (pod, node) = pod_behind_node("p")?;
     let guest = Netns::new("pguest")?;
-    let mut backend = NetlinkBackend::open(format!("/run/netns/{}", pod.0))?;
-    let pod_link = backend.discover("eth0")?.context("eth0")?;
     let options = NatOptions {
         ports: vec![weft_launcher::nft::ForwardedPort {
             protocol: "TCP".to_string(),
@@ -257,8 +259,7 @@ fn masquerade_forwards_only_declared_ports() -> Result<()> {
         }],
         ..NatOptions::default()
     };
-    let plan = plan_wiring(&request(Binding::Masquerade(options), pod_link))?;
-    apply(&mut backend, &plan)?;
+    let (mut backend, plan) = wire(&pod, Binding::Masquerade(options))?;
     guest_port(&pod, &guest, &plan.names.bridge)?;
     guest.ip(&["addr", "add", "10.0.2.2/24", "dev", "eth0"])?;
     guest.ip(&["link", "set", "eth0", "up"])?;
@@ -272,16 +273,7 @@ fn masquerade_forwards_only_declared_ports() -> Result<()> {
         wget(&node, "http://10.222.222.1/index.html")?,
         "hello-from-guest\n"
     );
-    let undeclared = node.exec(&[
-        "timeout",
-        "2",
-        "busybox",
-        "wget",
-        "-q",
-        "-O",
-        "-",
-        "http://10.222.222.1:8080/index.html",
-    ]);
+    let undeclared = fetch_once(&node, "http://10.222.222.1:8080/index.html");
     assert!(undeclared.is_err(), "port 8080 is not declared: {undeclared:?}");
     assert_eq!(
         wget(&guest, "http://10.0.2.2:8080/index.html")?,
@@ -305,10 +297,7 @@ fn bridge_binding_hands_the_pod_ip_to_the_guest() -> Result<()> {
     let (pod, node) = pod_behind_node("b")?;
     let guest = Netns::new("bguest")?;
 
-    let mut backend = NetlinkBackend::open(format!("/run/netns/{}", pod.0))?;
-    let pod_link = backend.discover("eth0")?.context("eth0")?;
-    let plan = plan_wiring(&request(Binding::Bridge, pod_link))?;
-    apply(&mut backend, &plan)?;
+    let (mut backend, plan) = wire(&pod, Binding::Bridge)?;
 
     let lease = plan.lease.as_ref().unwrap();
     let v4 = lease.ipv4.as_ref().unwrap();
