@@ -126,41 +126,67 @@ impl Outcome {
 
 /// Decides a request purely: `lookup` reads environment variables, `stdin` is the config.
 pub fn dispatch(plugin: &impl Plugin, lookup: impl Fn(&str) -> Option<String>, stdin: &[u8]) -> Outcome {
+    let request = match decode(plugin.supported_versions(), lookup, stdin) {
+        Decoded::Answered(outcome) => return outcome,
+        Decoded::Request(request) => request,
+    };
+    let handled = match request.env.command {
+        CniCommand::Add => plugin.add(&request).map(Some),
+        CniCommand::Del => plugin.del(&request).map(|()| None),
+        CniCommand::Check => plugin.check(&request).map(|()| None),
+        CniCommand::Status => plugin.status(&request).map(|()| None),
+        CniCommand::Gc => plugin.gc(&request).map(|()| None),
+        CniCommand::Version => unreachable!("answered by decode"),
+    };
+    finish(&request, handled)
+}
+
+/// A call as read by [`decode`].
+#[derive(Debug)]
+pub enum Decoded {
+    /// VERSION, or a call that cannot be handled: the outcome to print.
+    Answered(Outcome),
+    /// A request for the plugin's handlers (never VERSION).
+    Request(PluginRequest),
+}
+
+/// Read a call for a plugin accepting the `supported` versions: the environment through
+/// `lookup`, the config from `stdin`. The first half of [`dispatch`], for callers that handle
+/// the request themselves (asynchronously, elsewhere) and then [`finish`] it.
+pub fn decode(supported: &[CniVersion], lookup: impl Fn(&str) -> Option<String>, stdin: &[u8]) -> Decoded {
     let env = match RequestEnv::from_lookup(lookup) {
         Ok(env) => env,
-        Err(error) => return Outcome::failure(error, version_hint(stdin)),
+        Err(error) => return Decoded::Answered(Outcome::failure(error, version_hint(stdin))),
     };
     if env.command == CniCommand::Version {
-        let reply_version = version_hint(stdin);
-        let reply = VersionReply::new(reply_version, plugin.supported_versions());
-        return Outcome::success(serde_json::to_vec(&reply).expect("VersionReply serializes"));
+        let reply = VersionReply::new(version_hint(stdin), supported);
+        let stdout = serde_json::to_vec(&reply).expect("VersionReply serializes");
+        return Decoded::Answered(Outcome::success(stdout));
     }
-    let request = match decode_request(plugin, env, stdin) {
-        Ok(request) => request,
-        Err((error, version)) => return Outcome::failure(error, version),
-    };
+    match decode_request(supported, env, stdin) {
+        Ok(request) => Decoded::Request(request),
+        Err((error, version)) => Decoded::Answered(Outcome::failure(error, version)),
+    }
+}
+
+/// The outcome of a handled request: `handled` holds ADD's result (`None` for other verbs),
+/// written in the request's version.
+pub fn finish(request: &PluginRequest, handled: Result<Option<CniResult>, CniError>) -> Outcome {
     let version = request.version;
-    let handled = match request.env.command {
-        CniCommand::Add => plugin.add(&request).and_then(|result| {
-            result_to_bytes(&result, version).map_err(|e| {
-                CniError::new(codes::INCOMPATIBLE_VERSION, "cannot write the result")
-                    .with_details(e.to_string())
-            })
+    let stdout = handled.and_then(|result| match result {
+        Some(result) => result_to_bytes(&result, version).map_err(|e| {
+            CniError::new(codes::INCOMPATIBLE_VERSION, "cannot write the result").with_details(e.to_string())
         }),
-        CniCommand::Del => plugin.del(&request).map(|()| Vec::new()),
-        CniCommand::Check => plugin.check(&request).map(|()| Vec::new()),
-        CniCommand::Status => plugin.status(&request).map(|()| Vec::new()),
-        CniCommand::Gc => plugin.gc(&request).map(|()| Vec::new()),
-        CniCommand::Version => unreachable!("answered above"),
-    };
-    match handled {
+        None => Ok(Vec::new()),
+    });
+    match stdout {
         Ok(stdout) => Outcome::success(stdout),
         Err(error) => Outcome::failure(error, version),
     }
 }
 
 fn decode_request(
-    plugin: &impl Plugin,
+    supported: &[CniVersion],
     env: RequestEnv,
     stdin: &[u8],
 ) -> Result<PluginRequest, (CniError, CniVersion)> {
@@ -182,7 +208,6 @@ fn decode_request(
         (error, fallback)
     })?;
     let version = config.cni_version();
-    let supported = plugin.supported_versions();
     if !supported.contains(&version) {
         let list: Vec<String> = supported.iter().map(ToString::to_string).collect();
         let error = CniError::new(codes::INCOMPATIBLE_VERSION, "incompatible CNI versions")
