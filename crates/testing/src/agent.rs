@@ -54,14 +54,10 @@ impl AgentProcess {
         Ok(agent)
     }
 
-    /// The variables the agent gives the delegates it runs (how a delegated `weft-ipam` finds
-    /// it), naming its own store.
+    /// The variable the agent gives the delegates it runs: how a delegated `weft-ipam` (the
+    /// installed client) finds it.
     pub fn delegate_env(&self) -> Vec<(String, String)> {
-        let store = std::fs::canonicalize(self.state.join("store.db")).unwrap_or_default();
-        vec![
-            ("WEFT_IPAM_SOCKET".into(), self.socket.display().to_string()),
-            ("WEFT_IPAM_STORE".into(), format!("sqlite:{}", store.display())),
-        ]
+        vec![("WEFT_IPAM_SOCKET".into(), self.socket.display().to_string())]
     }
 }
 

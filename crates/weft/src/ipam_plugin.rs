@@ -1,6 +1,7 @@
-//! `weft-ipam`: the IPAM plugin. Run by a delegate of the node agent, it hands the request to the
-//! agent when the agent serves the store its config names (`/ipam`, see `agent::ipam`).
-//! Otherwise it opens the cluster store itself — the Kubernetes API when the config names a
+//! The IPAM plugin in full: what the weft binary does under the name `weft-ipam`. The installed
+//! `weft-ipam` (crates/ipam-client) hands delegated calls to the node agent, which serves them
+//! with the same code (`agent::ipam`), and runs this for every other call. It opens the cluster
+//! store itself — the Kubernetes API when the config names a
 //! kubeconfig (`ipam.kubernetes.kubeconfig`, whereabouts' key), else the embedded store
 //! (`ipam.stateDir`, else `$WEFT_STATE_DIR`, else /var/lib/weft) — and lets `weft_ipam`
 //! allocate, release, check, report status and collect garbage.
@@ -74,58 +75,18 @@ fn kubeconfig(request: &PluginRequest) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-/// The agent socket to hand this request to: set by the agent for its delegates, and only when
-/// the agent serves the very store this request's config names.
-fn agent_socket(request: &PluginRequest) -> Option<PathBuf> {
+/// How the store this request names is identified (`cluster::store_identity`): the node agent
+/// serves a call only when it names the agent's own store.
+pub fn store_identity(request: &PluginRequest) -> Option<String> {
     let target = match kubeconfig(request) {
         Some(path) => crate::cluster::StoreTarget::Kubernetes(Some(path)),
         None => crate::cluster::StoreTarget::Embedded,
     };
-    choose_agent(
-        std::env::var_os(crate::protocol::IPAM_SOCKET_ENV).map(PathBuf::from),
-        std::env::var(crate::protocol::IPAM_STORE_ENV).ok(),
-        crate::cluster::store_identity(&target, &state_dir(request)),
-    )
-}
-
-/// The agent's socket when the agent announced one and serves `ours`, the store this request
-/// names (`None` when it cannot be named: then no agent serves it).
-fn choose_agent(
-    socket: Option<PathBuf>,
-    agents_store: Option<String>,
-    ours: Option<String>,
-) -> Option<PathBuf> {
-    let (socket, agents_store, ours) = (socket?, agents_store?, ours?);
-    (agents_store == ours).then_some(socket)
-}
-
-/// Let the agent answer; `None` when no agent answered (the plugin then does the work itself:
-/// every verb is idempotent, so a request the agent handled before dying is safe to redo).
-fn through_agent(
-    socket: &std::path::Path,
-    request: &PluginRequest,
-) -> Option<Result<Option<CniResult>, CniError>> {
-    let env = std::env::vars().filter(|(k, _)| k.starts_with("CNI_")).collect();
-    let body = crate::protocol::CniRequest::new(env, &request.config.to_bytes());
-    match crate::shim::call_agent(socket, crate::protocol::IPAM_PATH, &body) {
-        Ok(None) => Some(Ok(None)),
-        Ok(Some(value)) => Some(weft_cni::result_from_value(value).map(Some).map_err(|e| {
-            CniError::new(
-                codes::DECODING_FAILURE,
-                "weft agent returned an invalid IPAM result",
-            )
-            .with_details(e.to_string())
-        })),
-        Err(crate::shim::AgentCall::Failed(error)) => Some(Err(error)),
-        Err(crate::shim::AgentCall::Unreachable(_)) => None,
-    }
+    crate::cluster::store_identity(&target, &state_dir(request))
 }
 
 impl IpamPlugin {
     fn call(&self, request: &PluginRequest) -> Result<Option<CniResult>, CniError> {
-        if let Some(answer) = agent_socket(request).and_then(|socket| through_agent(&socket, request)) {
-            return answer;
-        }
         let node = std::env::var("WEFT_NODE_NAME").unwrap_or_default();
         let ipam_request = weft_ipam::IpamRequest::from_plugin_request(request, node);
         match kubeconfig(request) {
@@ -163,56 +124,5 @@ impl Plugin for IpamPlugin {
     }
     fn gc(&self, request: &PluginRequest) -> Result<(), CniError> {
         self.call(request).map(|_| ())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn requests_go_to_an_agent_only_when_it_serves_their_store() {
-        let socket = || Some(PathBuf::from("/run/weft/weft.sock"));
-        let store = |s: &str| Some(s.to_string());
-        assert_eq!(
-            choose_agent(
-                socket(),
-                store("sqlite:/var/lib/weft/store.db"),
-                store("sqlite:/var/lib/weft/store.db")
-            ),
-            socket()
-        );
-        assert_eq!(
-            choose_agent(
-                socket(),
-                store("sqlite:/var/lib/weft/store.db"),
-                store("sqlite:/tmp/other/store.db")
-            ),
-            None,
-            "another store"
-        );
-        assert_eq!(
-            choose_agent(
-                socket(),
-                store("in-cluster"),
-                store("kubeconfig:/etc/cni/net.d/weft.kubeconfig")
-            ),
-            None
-        );
-        assert_eq!(
-            choose_agent(socket(), None, store("in-cluster")),
-            None,
-            "no store announced"
-        );
-        assert_eq!(
-            choose_agent(None, store("in-cluster"), store("in-cluster")),
-            None,
-            "no socket"
-        );
-        assert_eq!(
-            choose_agent(socket(), store("sqlite:/x/store.db"), None),
-            None,
-            "our store cannot be named (no such file yet)"
-        );
     }
 }

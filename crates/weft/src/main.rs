@@ -1,12 +1,14 @@
 //! weft: one multi-call binary. Invoked as `weft-cni` it is the CNI shim, as `weft-ipam` the
-//! IPAM plugin, as `passthru` the head of an auxiliary CNI chain; otherwise the CLI (node
-//! agent, controller, local cluster, inspection).
+//! full IPAM plugin (which the installed `weft-ipam` client runs, see `install`), as `passthru`
+//! the head of an auxiliary CNI chain; otherwise the CLI (node agent, controller, local
+//! cluster, inspection).
 
 mod agent;
 mod claims;
 mod cli;
 mod cluster;
 mod controller;
+mod install;
 mod ipam_plugin;
 mod kinds;
 mod local;

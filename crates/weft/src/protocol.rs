@@ -11,14 +11,6 @@ use weft_cni::{CniError, codes};
 
 /// Path of the CNI endpoint.
 pub const CNI_PATH: &str = "/cni";
-/// Path of the IPAM endpoint: `weft-ipam` processes the agent's delegates run hand their
-/// request to the agent, which holds the store open (same body and answers as `/cni`).
-pub const IPAM_PATH: &str = "/ipam";
-/// Set by the agent for its delegates: the socket a delegated `weft-ipam` hands its request to.
-pub const IPAM_SOCKET_ENV: &str = "WEFT_IPAM_SOCKET";
-/// Set by the agent for its delegates: which store the agent serves ([`crate::cluster::store_identity`]);
-/// `weft-ipam` hands its request over only when its own config names the same store.
-pub const IPAM_STORE_ENV: &str = "WEFT_IPAM_STORE";
 /// Path of the single-attachment (hot-plug) endpoint.
 pub const DELEGATE_PATH: &str = "/delegate";
 /// Default socket of the node agent.

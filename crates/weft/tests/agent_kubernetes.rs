@@ -91,8 +91,7 @@ impl KubeAgent {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path();
         let bin = state.join("bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        std::os::unix::fs::symlink(weft_bin(), bin.join("weft-cni")).unwrap();
+        install_plugins(&bin);
         let conf_dir = state.join("net.d");
         std::fs::create_dir_all(&conf_dir).unwrap();
         let cluster_network = json!({

@@ -36,7 +36,6 @@ fn shim_agent_auxiliary_chain_runs_after_the_pod_networks_and_is_torn_down() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path();
     let (bin, conf_dir) = node_files(state, "10.252.0.0/24");
-    std::os::unix::fs::symlink(weft_bin(), bin.join("passthru")).unwrap();
     install_script_plugin(&bin, "chainrec", CHAINED_PLUGIN);
     let calls = state.join("calls");
     std::fs::create_dir_all(conf_dir.join("vendor-chain")).unwrap();

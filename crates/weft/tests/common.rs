@@ -21,6 +21,17 @@ pub fn weft_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_weft"))
 }
 
+/// weft's CNI plugins as a node has them (`weft install-cni --link`) in `bin`: `weft-cni` and
+/// `passthru` (the binary under test) and `weft-ipam` (the static client it carries).
+pub fn install_plugins(bin: &Path) {
+    let out = Command::new(weft_bin())
+        .args(["install-cni", "--link", "--bin-dir"])
+        .arg(bin)
+        .output()
+        .expect("run weft install-cni");
+    assert!(out.status.success(), "weft install-cni: {}", text(&out));
+}
+
 /// Run `weft` with a state dir; returns the output (stdout+stderr kept separately).
 pub fn weft(state: &Path, args: &[&str]) -> Output {
     Command::new(weft_bin())
@@ -230,13 +241,12 @@ pub fn start_agent(node: &Netns, state: &Path, conf_dir: &Path, bin: &Path, extr
     KillOnDrop(agent)
 }
 
-/// A node's files under `state`: `bin/` holding `weft-cni` (the weft binary) and the script
-/// plugins tests add, and `net.d/10-cluster.conflist`, the cluster network (bridge `cni0` +
+/// A node's files under `state`: `bin/` holding weft's plugins ([`install_plugins`]) and the
+/// script plugins tests add, and `net.d/10-cluster.conflist`, the cluster network (bridge `cni0` +
 /// host-local on `subnet`, default route, leases in `<state>/host-local`). Returns (bin, conf dir).
 pub fn node_files(state: &Path, subnet: &str) -> (PathBuf, PathBuf) {
     let bin = state.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::os::unix::fs::symlink(weft_bin(), bin.join("weft-cni")).unwrap();
+    install_plugins(&bin);
     let conf_dir = state.join("net.d");
     std::fs::create_dir_all(&conf_dir).unwrap();
     let cluster = serde_json::json!({

@@ -462,12 +462,13 @@ fn daemonset_runs_the_agent_with_the_host_dirs_and_installs_the_plugins_atomical
 
     let init = &pod["initContainers"][0];
     let script = strings(&init["args"]).join("\n");
-    for installed in ["/host/opt/cni/bin/weft-cni", "/host/opt/cni/bin/weft-ipam"] {
-        assert!(script.contains(installed), "init container installs {installed}");
-    }
+    assert!(
+        script.contains("/usr/local/bin/weft install-cni --bin-dir /host/opt/cni/bin"),
+        "init container installs the plugins: {script}"
+    );
     assert!(
         script.contains("mv -f") && !script.contains("cp /usr/local/bin/weft /host"),
-        "binaries are copied to a temp name and renamed (text file busy, Multus #1221)"
+        "files are copied to a temp name and renamed (text file busy, Multus #1221)"
     );
     assert!(
         host_mounts(pod, init).contains(&("/host/opt/cni/bin", "/opt/cni/bin")),
@@ -536,28 +537,36 @@ fn install_script_replaces_a_running_shim_without_text_file_busy() {
     let conflist = config_map["data"]["00-weft.conflist"].as_str().unwrap();
     std::fs::write(root.path().join("config/00-weft.conflist"), conflist).unwrap();
 
-    // A previous install whose weft-cni is running right now (the runtime calling the shim
-    // while the agent is down): overwriting it in place would fail with ETXTBSY.
-    let old = root.path().join("old-weft");
-    std::fs::copy("/bin/sleep", &old).unwrap();
-    run_install(&install_script(root.path(), &old));
-    let mut running = std::process::Command::new(root.path().join("bin/weft-cni"))
-        .arg("30")
-        .spawn()
-        .unwrap();
+    // A previous install whose plugins are running right now (the runtime calling the shim
+    // while the agent is down): overwriting them in place would fail with ETXTBSY.
+    let running: Vec<std::process::Child> = ["weft-cni", "weft-ipam", "passthru"]
+        .iter()
+        .map(|name| {
+            let old = root.path().join("bin").join(name);
+            std::fs::copy("/bin/sleep", &old).unwrap();
+            std::process::Command::new(old).arg("30").spawn().unwrap()
+        })
+        .collect();
 
     let weft = Path::new(env!("CARGO_BIN_EXE_weft"));
     run_install(&install_script(root.path(), weft));
-    let _ = running.kill();
-    let _ = running.wait();
+    for mut old in running {
+        let _ = old.kill();
+        let _ = old.wait();
+    }
 
     let new = std::fs::read(weft).unwrap();
-    for name in ["weft-cni", "weft-ipam"] {
+    for name in ["weft-cni", "weft-ipam", "passthru"] {
         let installed = root.path().join("bin").join(name);
-        assert!(
-            std::fs::read(&installed).unwrap() == new,
-            "{name} is the new weft binary"
-        );
+        let content = std::fs::read(&installed).unwrap();
+        if name == "weft-ipam" {
+            assert!(
+                content.starts_with(b"\x7fELF") && content != new && content.len() < new.len() / 4,
+                "weft-ipam is the static client, not the weft binary"
+            );
+        } else {
+            assert!(content == new, "{name} is the new weft binary");
+        }
         let mode =
             std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&installed).unwrap().permissions());
         assert_eq!(mode & 0o777, 0o755, "{name} mode");

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::net::Ipv4Addr;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,7 +22,8 @@ use ipnet::Ipv4Net;
 use serde_json::{Value, json};
 use weft_testing::agent::AgentProcess;
 
-/// A temp dir holding a `weft-ipam` symlink to the binary under test and the store's state dir.
+/// A temp dir holding weft's plugins as installed (`weft-ipam`, the static client, which runs
+/// `weft-cni`, the binary under test, when no agent serves the call) and the store's state dir.
 struct Plugin {
     dir: tempfile::TempDir,
     /// Extra environment of every process (what a node agent gives its delegates).
@@ -43,7 +44,7 @@ enum Reply {
 impl Plugin {
     fn new() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        std::os::unix::fs::symlink(weft_bin(), dir.path().join("weft-ipam")).expect("symlink weft-ipam");
+        common::install_plugins(dir.path());
         Self { dir, env: Vec::new() }
     }
 
@@ -72,7 +73,6 @@ impl Plugin {
             .env_remove("WEFT_STATE_DIR")
             .env_remove("WEFT_NODE_NAME")
             .env_remove("WEFT_IPAM_SOCKET")
-            .env_remove("WEFT_IPAM_STORE")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -89,6 +89,18 @@ impl Plugin {
         finish(self.spawn(verb, container, cni_args, config))
     }
 
+    /// Exit code and stdout of one process.
+    fn output(&self, verb: &str, container: &str, config: &Value) -> (Option<i32>, String) {
+        let out = self
+            .spawn(verb, container, "", config)
+            .wait_with_output()
+            .expect("wait");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    }
+
     /// Rows of `weft ipam list`: (ip, container).
     fn listed(&self) -> Vec<(Ipv4Addr, String)> {
         self.listed_with_node()
@@ -99,25 +111,30 @@ impl Plugin {
 
     /// Rows of `weft ipam list`: (ip, container, node or "").
     fn listed_with_node(&self) -> Vec<(Ipv4Addr, String, String)> {
-        let out = weft(&self.state(), &["ipam", "list"]);
-        assert!(out.status.success(), "{}", text(&out));
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let mut lines = stdout.lines();
-        let header: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
-        let col = |name: &str| header.iter().position(|h| *h == name).expect("ipam list column");
-        let (ip_col, container_col, node_col) = (col("IP"), col("CONTAINER"), col("NODE"));
-        lines
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| {
-                let cells: Vec<&str> = l.split_whitespace().collect();
-                let ip = cells[ip_col]
-                    .parse()
-                    .unwrap_or_else(|e| panic!("ipam list row {l:?}: {e}"));
-                let node = cells.get(node_col).copied().unwrap_or_default();
-                (ip, cells[container_col].to_string(), node.to_string())
-            })
-            .collect()
+        listed_in(&self.state())
     }
+}
+
+/// Rows of `weft ipam list` on the store in `state`: (ip, container, node or "").
+fn listed_in(state: &Path) -> Vec<(Ipv4Addr, String, String)> {
+    let out = weft(state, &["ipam", "list"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut lines = stdout.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).expect("ipam list column");
+    let (ip_col, container_col, node_col) = (col("IP"), col("CONTAINER"), col("NODE"));
+    lines
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let cells: Vec<&str> = l.split_whitespace().collect();
+            let ip = cells[ip_col]
+                .parse()
+                .unwrap_or_else(|e| panic!("ipam list row {l:?}: {e}"));
+            let node = cells.get(node_col).copied().unwrap_or_default();
+            (ip, cells[container_col].to_string(), node.to_string())
+        })
+        .collect()
 }
 
 /// Wait for a plugin process and read its answer.
@@ -603,10 +620,11 @@ fn concurrent_first_open_survives_a_killed_creator() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
-/// Delegated `weft-ipam` processes hand their requests to the node agent that serves their
-/// store: 48 at once get distinct addresses, recorded with the agent's node (the processes
-/// themselves have no node name). A config naming another store, or an agent that is gone,
-/// makes the process do the work itself, on the same reservations.
+/// Delegated `weft-ipam` processes (the installed static client) hand their calls to the node
+/// agent that serves their store: 48 at once get distinct addresses, recorded with the agent's
+/// node (the processes themselves have no node name), and the agent answers exactly what the
+/// full plugin would print. A config naming another store, or an agent that is gone, makes the
+/// client run the full plugin, which does the work itself on its config's store.
 #[test]
 fn delegated_processes_go_through_the_agent_serving_their_store() {
     let mut plugin = Plugin::new();
@@ -628,17 +646,42 @@ fn delegated_processes_go_through_the_agent_serving_their_store() {
     assert_eq!(rows.len(), ids.len());
     assert!(rows.iter().all(|(_, _, node)| node == "agent-node"), "{rows:?}");
 
-    // Another store named: the process opens its own config's store, with no node.
-    let mut elsewhere = plugin.env.clone();
-    elsewhere[1].1 = "sqlite:/nonexistent/store.db".into();
-    let direct_env = std::mem::replace(&mut plugin.env, elsewhere);
+    // The agent's answers are the full plugin's, byte for byte: a repeated ADD (idempotent),
+    // VERSION, and a bad config's error.
+    let bad = plugin.config("10.77.12.0/33", json!({}));
+    for (verb, container, config) in [
+        ("ADD", "via-agent-0", &config),
+        ("VERSION", "", &config),
+        ("ADD", "bad", &bad),
+    ] {
+        let through_agent = plugin.output(verb, container, config);
+        let direct_env = std::mem::take(&mut plugin.env);
+        let direct = plugin.output(verb, container, config);
+        plugin.env = direct_env;
+        assert_eq!(through_agent, direct, "{verb} {container}");
+    }
     assert!(matches!(
-        plugin.run("ADD", "direct-1", "", &config),
+        plugin.run("ADD", "bad", "", &bad),
+        Reply::Error { code: 7, .. }
+    ));
+
+    // Another store named: the agent declines, the full plugin allocates from that store.
+    let elsewhere = plugin.dir.path().join("elsewhere");
+    let mut other_config = config.clone();
+    other_config["ipam"]["stateDir"] = json!(elsewhere);
+    assert!(matches!(
+        plugin.run("ADD", "direct-1", "", &other_config),
         Reply::Ok(Some(_))
     ));
-    plugin.env = direct_env;
+    assert_eq!(
+        listed_in(&elsewhere)
+            .into_iter()
+            .map(|(_, c, node)| (c, node))
+            .collect::<Vec<_>>(),
+        vec![("direct-1".to_string(), String::new())]
+    );
 
-    // The agent gone: same again, and the agent's reservations are still honoured.
+    // The agent gone: the full plugin on the agent's store, honouring its reservations.
     drop(agent);
     let fallback = plugin.run("ADD", "fallback-1", "", &config);
     let Reply::Ok(Some(net)) = fallback else {
@@ -646,18 +689,17 @@ fn delegated_processes_go_through_the_agent_serving_their_store() {
     };
     assert!(!addresses.contains(&net), "{net} was already handed out");
     let rows = plugin.listed_with_node();
-    let by_container = |prefix: &str| rows.iter().filter(|(_, c, _)| c.starts_with(prefix)).count();
-    assert_eq!(by_container("direct-1"), 1);
-    assert_eq!(by_container("fallback-1"), 1);
-    assert!(
-        rows.iter()
-            .filter(|(_, c, _)| !c.starts_with("via-agent"))
-            .all(|(_, _, node)| node.is_empty()),
-        "{rows:?}"
+    let fallback_rows: Vec<_> = rows
+        .iter()
+        .filter(|(_, c, _)| !c.starts_with("via-agent"))
+        .collect();
+    assert_eq!(
+        fallback_rows,
+        vec![&(net.addr(), "fallback-1".to_string(), String::new())]
     );
 
     let mut everyone = ids.clone();
-    everyone.extend(["direct-1".to_string(), "fallback-1".to_string()]);
+    everyone.push("fallback-1".to_string());
     for reply in all_at_once(&plugin, "DEL", &everyone, &config) {
         assert_eq!(reply, Reply::Ok(None));
     }

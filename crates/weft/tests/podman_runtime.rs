@@ -218,11 +218,9 @@ impl Fixture {
         let network = format!("wt-pm{tag}-{pid}");
         let container = format!("wt-pm{tag}-{pid}");
 
-        // CNI plugin dir podman searches first: weft's multi-call names.
+        // CNI plugin dir podman searches first: weft's plugins, as installed.
         let plugins = state.join("plugins");
-        std::fs::create_dir_all(&plugins).unwrap();
-        std::os::unix::fs::symlink(weft_bin(), plugins.join("weft-cni")).unwrap();
-        std::os::unix::fs::symlink(weft_bin(), plugins.join("weft-ipam")).unwrap();
+        install_plugins(&plugins);
 
         // The cluster network lives in the agent's conf dir, not in podman's.
         let agent_conf_dir = state.join("agent-net.d");

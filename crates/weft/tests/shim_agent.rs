@@ -27,7 +27,6 @@ impl Node {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path();
         let (bin, conf_dir) = node_files(state, "10.250.0.0/24");
-        std::os::unix::fs::symlink(weft_bin(), bin.join("weft-ipam")).unwrap();
         let file = state.join("objects.yaml");
         std::fs::write(&file, manifests.replace("{state}", &state.display().to_string())).unwrap();
         let applied = weft(state, &["apply", "-f", file.to_str().unwrap()]);

@@ -1,52 +1,70 @@
-//! `/ipam`: the `weft-ipam` processes that the agent's delegates run hand their request to the
-//! agent, which answers it on the store it keeps open. A plugin process then costs its exec and
-//! one round trip instead of opening the store (and reading its WAL) every time; the answer is
-//! the same as the plugin computing it itself (`weft_ipam::plugin::handle`), since it is the same
-//! code on the same store.
+//! `/ipam`: the installed `weft-ipam` (crates/ipam-client) that the agent's delegates run hands
+//! its call to the agent, which answers it on the store it keeps open. A delegated IPAM call
+//! then costs a small static executable's start and one round trip, instead of the full binary
+//! opening the store (and reading its WAL) every time. The answer is byte for byte what the
+//! full plugin would print (`weft_cni::plugin::{decode, finish}` around the same
+//! `weft_ipam::plugin::handle`, on the same store); a call whose config names another store is
+//! declined, and the client runs the full plugin.
 
-use serde_json::Value;
-use weft_cni::CniError;
+use weft_cni::plugin::{Decoded, Outcome};
+use weft_cni::{CniError, CniVersion, codes};
 use weft_ipam::IpamRequest;
-use weft_ipam::request::NODE_NAME_VARS;
+use weft_ipam_client::wire;
 
 use super::Agent;
-use crate::protocol::{self, CniRequest};
 
-/// The variables the agent adds to every delegate's environment so that a `weft-ipam` run
-/// by a delegate finds it (none when the agent's store cannot be named).
+/// The variables the agent adds to every delegate's environment: the node name, and the socket
+/// through which a delegated `weft-ipam` reaches the agent (none when the agent's store cannot
+/// be named, so no call could be recognised as its own).
 pub fn delegate_env(agent: &Agent) -> Vec<(String, String)> {
     let mut env = vec![("WEFT_NODE_NAME".to_string(), agent.args.node.clone())];
-    if let Some(identity) = &agent.store_identity {
+    if agent.store_identity.is_some() {
         let socket = std::path::absolute(&agent.args.socket).unwrap_or_else(|_| agent.args.socket.clone());
-        env.push((protocol::IPAM_SOCKET_ENV.into(), socket.display().to_string()));
-        env.push((protocol::IPAM_STORE_ENV.into(), identity.clone()));
+        env.push((weft_ipam_client::SOCKET_ENV.into(), socket.display().to_string()));
     }
     env
 }
 
-/// Answer one IPAM request: the result of ADD, `None` for the other verbs.
-pub async fn handle(agent: &Agent, request: CniRequest) -> Result<Option<Value>, CniError> {
-    let stdin = request.config_bytes()?;
-    // Reservations are recorded with this agent's node, whatever the caller's environment says.
-    let lookup = |key: &str| {
-        if NODE_NAME_VARS.contains(&key) {
-            Some(agent.args.node.clone())
-        } else {
-            request.env.get(key).cloned()
+/// The agent's answer to a `weft-ipam` call.
+#[derive(Debug)]
+pub enum IpamAnswer {
+    /// What the plugin prints, and its exit code.
+    Answered(Outcome),
+    /// The call's config names a store this agent does not serve.
+    NotServed,
+}
+
+/// Answer one call (a body made by `weft_ipam_client::wire::encode_call`); also returns the
+/// verb, for metrics.
+pub async fn handle(agent: &Agent, body: &[u8]) -> (String, IpamAnswer) {
+    let call = match wire::decode_call(body) {
+        Ok(call) => call,
+        Err(e) => {
+            let error = CniError::new(
+                codes::DECODING_FAILURE,
+                "weft agent cannot read the weft-ipam call",
+            )
+            .with_details(e.to_string());
+            let outcome = Outcome::failure(error, CniVersion::LATEST);
+            return (String::new(), IpamAnswer::Answered(outcome));
         }
     };
-    let ipam_request = IpamRequest::from_lookup(lookup, &stdin).map_err(CniError::from)?;
-    let version = ipam_request.version;
-    let result = weft_ipam::plugin::handle(ipam_request, agent.ipam_store.clone()).await?;
-    result
-        .map(|r| weft_cni::result_to_value(&r, weft_cni::CniVersion::LATEST))
-        .transpose()
-        .map_err(|e| {
-            CniError::new(
-                weft_cni::codes::IO_FAILURE,
-                "weft agent cannot encode the IPAM result",
-            )
-            .with_details(e.to_string())
-            .with_version(version.to_string())
-        })
+    let verb = call.var("CNI_COMMAND").unwrap_or_default().to_string();
+    let lookup = |key: &str| call.var(key).map(str::to_string);
+    let request = match weft_cni::plugin::decode(&CniVersion::SUPPORTED, lookup, call.stdin) {
+        Decoded::Answered(outcome) => return (verb, IpamAnswer::Answered(outcome)),
+        Decoded::Request(request) => request,
+    };
+    let served = agent.store_identity.is_some()
+        && crate::ipam_plugin::store_identity(&request) == agent.store_identity;
+    if !served {
+        return (verb, IpamAnswer::NotServed);
+    }
+    // Reservations are recorded with this agent's node, whatever the caller's environment says.
+    let ipam_request = IpamRequest::from_plugin_request(&request, agent.args.node.clone());
+    let handled = weft_ipam::plugin::handle(ipam_request, agent.ipam_store.clone()).await;
+    (
+        verb,
+        IpamAnswer::Answered(weft_cni::plugin::finish(&request, handled)),
+    )
 }

@@ -83,9 +83,9 @@ impl Agent {
         cni::handle(self, request, false).await
     }
 
-    /// Handle an `/ipam` request from a delegated `weft-ipam`.
-    pub async fn handle_ipam(&self, request: CniRequest) -> Result<Option<serde_json::Value>, CniError> {
-        ipam::handle(self, request).await
+    /// Answer an `/ipam` call from a delegated `weft-ipam`; also returns its verb.
+    pub async fn handle_ipam(&self, body: &[u8]) -> (String, ipam::IpamAnswer) {
+        ipam::handle(self, body).await
     }
 
     /// The variables every delegate gets (how a delegated `weft-ipam` finds the agent).

@@ -16,6 +16,7 @@ use axum::routing::{get, post};
 use weft_cni::CniError;
 
 use super::Agent;
+use super::ipam::IpamAnswer;
 use crate::protocol::{CniRequest, CniResponse};
 
 /// Shared server state.
@@ -35,7 +36,6 @@ fn cni_error(err: CniError) -> Response {
 enum Endpoint {
     Cni,
     Delegate,
-    Ipam,
 }
 
 /// Run one request, record its metrics (verbs of `/delegate` and `/ipam` are prefixed), answer it.
@@ -48,7 +48,6 @@ async fn answer(state: &ServerState, request: CniRequest, endpoint: Endpoint) ->
             format!("delegate-{verb}"),
             state.agent.handle_delegate(request).await,
         ),
-        Endpoint::Ipam => (format!("ipam-{verb}"), state.agent.handle_ipam(request).await),
     };
     state
         .agent
@@ -68,8 +67,26 @@ async fn delegate(State(state): State<Arc<ServerState>>, Json(request): Json<Cni
     answer(&state, request, Endpoint::Delegate).await
 }
 
-async fn ipam(State(state): State<Arc<ServerState>>, Json(request): Json<CniRequest>) -> Response {
-    answer(&state, request, Endpoint::Ipam).await
+/// `/ipam`: 200 with what the plugin prints, 400 with its CNI error, 421 when the call's
+/// store is not the agent's (`weft_ipam_client::wire::read_answer` reads these).
+async fn ipam(State(state): State<Arc<ServerState>>, body: axum::body::Bytes) -> Response {
+    let started = Instant::now();
+    let (verb, answer) = state.agent.handle_ipam(&body).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let json = [(axum::http::header::CONTENT_TYPE, "application/json")];
+    match answer {
+        IpamAnswer::Answered(outcome) => {
+            let ok = outcome.exit_code == 0;
+            state.agent.metrics.observe(&format!("ipam-{verb}"), ok, elapsed);
+            let status = if ok {
+                StatusCode::OK
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            (status, json, outcome.stdout).into_response()
+        }
+        IpamAnswer::NotServed => StatusCode::MISDIRECTED_REQUEST.into_response(),
+    }
 }
 
 async fn readyz(State(state): State<Arc<ServerState>>) -> StatusCode {
@@ -89,7 +106,7 @@ pub fn router(state: Arc<ServerState>) -> axum::Router {
     axum::Router::new()
         .route(crate::protocol::CNI_PATH, post(cni))
         .route(crate::protocol::DELEGATE_PATH, post(delegate))
-        .route(crate::protocol::IPAM_PATH, post(ipam))
+        .route(weft_ipam_client::wire::PATH, post(ipam))
         .route(
             "/healthz",
             get(|| async { StatusCode::OK }).post(|| async { StatusCode::OK }),

@@ -100,6 +100,19 @@ pub enum Command {
     Agent(crate::agent::AgentArgs),
     /// Run the controller (VMs, VMIs, launcher pods, IPAM claims, status).
     Controller,
+    /// Install weft's CNI plugins (weft-cni, weft-ipam, passthru) into a CNI bin dir.
+    InstallCni {
+        /// The CNI bin dir, e.g. /opt/cni/bin.
+        #[arg(long)]
+        bin_dir: PathBuf,
+        /// Link weft-cni and passthru to this binary instead of copying it.
+        #[arg(long)]
+        link: bool,
+        /// For nodes without weft's agent (weft-ipam under another meta-plugin): install the
+        /// weft binary itself as weft-ipam, instead of the client that hands calls to the agent.
+        #[arg(long)]
+        without_agent: bool,
+    },
 }
 
 /// `weft vm ...`
@@ -225,5 +238,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Ipam(IpamCommand::List { network }) => inspect::ipam_list(&state, network.as_deref()).await,
         Command::Agent(args) => crate::agent::run(&state, args).await,
         Command::Controller => crate::controller::run(&state).await,
+        Command::InstallCni {
+            bin_dir,
+            link,
+            without_agent,
+        } => crate::install::run(&bin_dir, link, without_agent),
     }
 }

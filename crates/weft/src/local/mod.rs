@@ -171,12 +171,13 @@ async fn bring_up(
     let state = &topology.state_dir;
     let exe = std::env::current_exe().context("locate the weft binary")?;
     let bin = topology.bin_dir();
-    std::fs::create_dir_all(&bin)?;
-    for name in ["weft-cni", "weft-ipam"] {
-        let link = bin.join(name);
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&exe, &link).with_context(|| format!("link {}", link.display()))?;
-    }
+    crate::install::install_cni(
+        &bin,
+        &exe,
+        crate::install::FullBinary::Link,
+        crate::install::IpamPlugin::Client,
+    )
+    .context("install weft's CNI plugins")?;
     let store = cluster::open_store(state).await?;
     network::create(topology).await?;
     for node in &topology.nodes {

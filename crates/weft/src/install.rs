@@ -1,0 +1,142 @@
+//! `weft install-cni`: put weft's CNI plugins into a CNI bin dir.
+//!
+//! * `weft-cni` — the weft binary (the shim; the full IPAM plugin under the name `weft-ipam`);
+//! * `passthru` — the weft binary (head of an auxiliary CNI chain);
+//! * `weft-ipam` — the static client of crates/ipam-client, which this binary carries (compiled
+//!   by build.rs): it hands delegated calls to the node agent and runs `weft-cni` as
+//!   `weft-ipam` for the others.
+//!
+//! Every file is written under a temporary name and renamed into place, so a runtime exec'ing
+//! a plugin during an upgrade sees the old file or the new one, never half of one.
+
+use std::path::{Path, PathBuf};
+
+/// The installed `weft-ipam`: a statically linked executable.
+pub const IPAM_CLIENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/weft-ipam"));
+
+/// How the weft binary gets into the bin dir.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FullBinary {
+    /// A copy (a node's bin dir: the binary's own path may not be visible to the runtime).
+    Copy,
+    /// A symbolic link to the binary (the local cluster, tests: same filesystem view).
+    Link,
+}
+
+/// Which program is installed as `weft-ipam`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpamPlugin {
+    /// The static client (nodes running weft's agent: delegated calls go to the agent).
+    Client,
+    /// The weft binary itself (nodes without weft's agent, e.g. weft-ipam under another
+    /// meta-plugin: the client could only ever run the binary, one exec later).
+    FullBinary,
+}
+
+/// Install the plugins into `bin_dir` (created if missing), the weft binary being `weft`.
+/// Returns the installed paths.
+pub fn install_cni(
+    bin_dir: &Path,
+    weft: &Path,
+    how: FullBinary,
+    ipam: IpamPlugin,
+) -> std::io::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(bin_dir)?;
+    let mut installed = Vec::new();
+    let mut full_names = vec![weft_ipam_client::FULL_PLUGIN, weft_meta::PASSTHRU_TYPE];
+    if ipam == IpamPlugin::FullBinary {
+        full_names.push(weft_ipam_client::PLUGIN_NAME);
+    }
+    for name in full_names {
+        let path = bin_dir.join(name);
+        replace(&path, |temp| match how {
+            FullBinary::Copy => std::fs::copy(weft, temp).map(|_| ()),
+            FullBinary::Link => std::os::unix::fs::symlink(weft, temp),
+        })?;
+        installed.push(path);
+    }
+    if ipam == IpamPlugin::Client {
+        let client = bin_dir.join(weft_ipam_client::PLUGIN_NAME);
+        replace(&client, |temp| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::write(temp, IPAM_CLIENT)?;
+            std::fs::set_permissions(temp, std::fs::Permissions::from_mode(0o755))
+        })?;
+        installed.push(client);
+    }
+    Ok(installed)
+}
+
+/// Create `path`'s new content under a temporary name in the same directory with `create`,
+/// then rename it over `path`.
+fn replace(path: &Path, create: impl FnOnce(&Path) -> std::io::Result<()>) -> std::io::Result<()> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("plugin");
+    let temp = path.with_file_name(format!(".{name}.weft-tmp.{}", std::process::id()));
+    let _ = std::fs::remove_file(&temp);
+    let created = create(&temp).and_then(|()| std::fs::rename(&temp, path));
+    if created.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    created.map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+/// `weft install-cni`.
+pub fn run(bin_dir: &Path, link: bool, without_agent: bool) -> anyhow::Result<i32> {
+    let weft = std::env::current_exe()?;
+    let how = if link { FullBinary::Link } else { FullBinary::Copy };
+    let ipam = if without_agent {
+        IpamPlugin::FullBinary
+    } else {
+        IpamPlugin::Client
+    };
+    for path in install_cni(bin_dir, &weft, how, ipam)? {
+        println!("installed {}", path.display());
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_carried_client_is_an_executable() {
+        assert_eq!(&IPAM_CLIENT[..4], b"\x7fELF", "weft-ipam is an ELF executable");
+    }
+
+    #[test]
+    fn installing_twice_replaces_every_plugin_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let weft = dir.path().join("weft-binary");
+        std::fs::write(&weft, b"full weft").unwrap();
+        let bin = dir.path().join("opt/cni/bin");
+        for how in [FullBinary::Link, FullBinary::Copy, FullBinary::Copy] {
+            let installed = install_cni(&bin, &weft, how, IpamPlugin::Client).unwrap();
+            let names: Vec<_> = installed
+                .iter()
+                .map(|p| p.file_name().unwrap().to_owned())
+                .collect();
+            assert_eq!(names, ["weft-cni", "passthru", "weft-ipam"]);
+            for full in ["weft-cni", "passthru"] {
+                assert_eq!(std::fs::read(bin.join(full)).unwrap(), b"full weft");
+                let linked = std::fs::symlink_metadata(bin.join(full)).unwrap().is_symlink();
+                assert_eq!(linked, how == FullBinary::Link);
+            }
+            assert_eq!(std::fs::read(bin.join("weft-ipam")).unwrap(), IPAM_CLIENT);
+            let mut left: Vec<_> = std::fs::read_dir(&bin)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            left.sort();
+            assert_eq!(
+                left,
+                ["passthru", "weft-cni", "weft-ipam"],
+                "no temporary file left"
+            );
+        }
+        install_cni(&bin, &weft, FullBinary::Copy, IpamPlugin::FullBinary).unwrap();
+        for full in ["weft-cni", "passthru", "weft-ipam"] {
+            assert_eq!(std::fs::read(bin.join(full)).unwrap(), b"full weft", "{full}");
+        }
+    }
+}
