@@ -1,6 +1,8 @@
 //! End-to-end IPAM benchmark: concurrent workers each run ADD then DEL cycles of plugin
-//! processes on one pool, for `weft-ipam` (the weft binary under that name, embedded store)
-//! and the reference `host-local` plugin, plus a baseline of exec'ing `/bin/true` as often.
+//! processes on one pool, for `weft-ipam` as installed (`weft install-cni`: the static client,
+//! through a node agent as deployed, or running the weft binary when no agent serves it), the
+//! weft binary itself under the name `weft-ipam`, and the reference `host-local` plugin, plus a
+//! baseline of exec'ing `/bin/true` as often.
 //! Every ADD result is checked against the addresses live at that moment: a duplicate is
 //! counted (and must be 0).
 //!
@@ -361,8 +363,17 @@ fn main() -> Result<()> {
     let workers = arg(2, 16)?;
     let rounds = arg(3, 3)?;
     let tmp = tempfile::tempdir()?;
-    let weft_ipam = tmp.path().join("weft-ipam");
-    std::os::unix::fs::symlink(weft_binary()?, &weft_ipam)?;
+    let installed = Command::new(weft_binary()?)
+        .args(["install-cni", "--link", "--bin-dir"])
+        .arg(tmp.path().join("bin"))
+        .output()?;
+    if !installed.status.success() {
+        bail!("weft install-cni: {}", String::from_utf8_lossy(&installed.stderr));
+    }
+    let weft_ipam = tmp.path().join("bin/weft-ipam");
+    let full_weft = tmp.path().join("full/weft-ipam");
+    std::fs::create_dir_all(tmp.path().join("full"))?;
+    std::os::unix::fs::symlink(weft_binary()?, &full_weft)?;
     let host_local =
         PathBuf::from(std::env::var_os("HOST_LOCAL").unwrap_or_else(|| "/usr/lib/cni/host-local".into()));
     if !host_local.exists() {
@@ -404,6 +415,12 @@ fn main() -> Result<()> {
                 env: Vec::new(),
             },
             Subject {
+                name: "full-weft",
+                program: full_weft.clone(),
+                config: Some(weft_config(&dir.join("full"))),
+                env: Vec::new(),
+            },
+            Subject {
                 name: "weft+agent",
                 program: weft_ipam.clone(),
                 config: Some(weft_config(&agent.state)),
@@ -437,10 +454,11 @@ fn main() -> Result<()> {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let (truth, host, weft, via_agent) = (
+    let (truth, host, weft, full, via_agent) = (
         median("/bin/true"),
         median("host-local"),
         median("weft-ipam"),
+        median("full-weft"),
         median("weft+agent"),
     );
     println!("\nmedian cycles/s (one cycle = one ADD process + one DEL process):");
@@ -449,11 +467,13 @@ fn main() -> Result<()> {
         1e3 / (2.0 * truth) * workers as f64
     );
     println!("  host-local {host:>8.0}");
-    println!("  weft-ipam  {weft:>8.0}");
+    println!("  weft-ipam  {weft:>8.0}   (no agent: the client runs the weft binary)");
+    println!("  full-weft  {full:>8.0}   (the weft binary exec'd as weft-ipam directly)");
     println!("  weft-ipam through the node agent {via_agent:>8.0}");
     println!(
-        "  weft-ipam / host-local = {:.2}x (alone, opening the store)",
-        weft / host
+        "  weft-ipam / host-local = {:.2}x (no agent, opening the store); the weft binary directly: {:.2}x",
+        weft / host,
+        full / host
     );
     println!(
         "  weft-ipam through the agent / host-local = {:.2}x (target >= 2x)",
