@@ -100,8 +100,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_carried_client_is_an_executable() {
-        assert_eq!(&IPAM_CLIENT[..4], b"\x7fELF", "weft-ipam is an ELF executable");
+    fn the_carried_client_is_a_static_executable() {
+        let elf = IPAM_CLIENT;
+        assert_eq!(&elf[..4], b"\x7fELF", "weft-ipam is an ELF executable");
+        // ELF64 header: program headers at e_phoff (8 bytes at 32), e_phentsize and e_phnum
+        // (2 bytes each at 54 and 56). A dynamically linked executable has a PT_INTERP (3).
+        let u16_at = |at: usize| u16::from_le_bytes([elf[at], elf[at + 1]]) as usize;
+        let phoff = u64::from_le_bytes(elf[32..40].try_into().unwrap()) as usize;
+        let (entry_size, entries) = (u16_at(54), u16_at(56));
+        let interpreters = (0..entries)
+            .map(|i| phoff + i * entry_size)
+            .filter(|&at| u32::from_le_bytes(elf[at..at + 4].try_into().unwrap()) == 3)
+            .count();
+        assert_eq!(
+            interpreters, 0,
+            "weft-ipam is linked statically (the build warned if this machine has no static libc)"
+        );
     }
 
     #[test]

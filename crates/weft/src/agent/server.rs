@@ -38,7 +38,7 @@ enum Endpoint {
     Delegate,
 }
 
-/// Run one request, record its metrics (verbs of `/delegate` and `/ipam` are prefixed), answer it.
+/// Run one request, record its metrics (verbs of `/delegate` are prefixed), answer it.
 async fn answer(state: &ServerState, request: CniRequest, endpoint: Endpoint) -> Response {
     let verb = request.var("CNI_COMMAND").to_string();
     let started = Instant::now();
