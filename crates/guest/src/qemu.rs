@@ -633,10 +633,13 @@ mod tests {
         let spec = GuestSpec::new("vm9", Path::new("/k"), Path::new("/i"), dir.path());
         assert!(!stop_by_pidfile(&spec).unwrap(), "no pidfile, nothing to stop");
         let marker = format!("file:{}", spec.serial_log().display());
-        let mut stranger = Command::new("sh")
-            .args(["-c", "sleep 30", "other"])
-            .spawn()
-            .unwrap();
+        // `sleep` itself under other names (argv[0]): a shell around it would leave the sleep
+        // running, holding the test's output, once the shell is killed.
+        let sleeper = |name: &str| {
+            use std::os::unix::process::CommandExt;
+            Command::new("sleep").arg0(name).arg("30").spawn().unwrap()
+        };
+        let mut stranger = sleeper("other");
         std::fs::write(spec.pidfile(), stranger.id().to_string()).unwrap();
         assert!(
             !stop_by_pidfile(&spec).unwrap(),
@@ -645,13 +648,10 @@ mod tests {
         assert!(is_alive(stranger.id() as i32));
         stranger.kill().unwrap();
         stranger.wait().unwrap();
-        let mut guest = Command::new("sh")
-            .args(["-c", "sleep 30", &marker])
-            .spawn()
-            .unwrap();
+        let mut guest = sleeper(&marker);
         // QEMU writes its pidfile after exec; here, wait for the exec to show in /proc.
         let cmdline = format!("/proc/{}/cmdline", guest.id());
-        while !std::fs::read(&cmdline).unwrap().starts_with(b"sh\0") {
+        while !std::fs::read(&cmdline).unwrap().starts_with(marker.as_bytes()) {
             std::thread::sleep(Duration::from_millis(5));
         }
         std::fs::write(spec.pidfile(), guest.id().to_string()).unwrap();
