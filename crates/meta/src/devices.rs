@@ -213,6 +213,22 @@ pub fn cni_device_info_path(
     format!("{}/cni/{file}", device_info_dir.trim_end_matches('/'))
 }
 
+/// The per-attachment device-info file DEL removes for a secondary delegate whose NAD names a
+/// resource but which has no known device (the kubelet frees a pod's devices before the
+/// runtime's last DEL, and an earlier ADD may have left the file): `None` when the delegate has
+/// a device (its own path is used) or no resource name.
+pub fn unknown_device_info_file(
+    device: Option<&DeviceAttachment>,
+    device_info_dir: &str,
+    resource_name: &str,
+    delegate_name: &str,
+    container_id: &str,
+    ifname: &str,
+) -> Option<String> {
+    (device.is_none() && !resource_name.is_empty())
+        .then(|| cni_device_info_path(device_info_dir, delegate_name, container_id, ifname))
+}
+
 /// `<dir>/dp/<resourceName>-<deviceID>-device.json`, `/` → `-` in both parts.
 pub fn dp_device_info_path(device_info_dir: &str, resource_name: &str, device_id: &str) -> String {
     format!(

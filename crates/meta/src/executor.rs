@@ -337,8 +337,8 @@ impl<'a, E: PluginExec> Executor<'a, E> {
         plan: &DelegatePlan,
         cached: Option<&CniResult>,
     ) -> Result<(), String> {
-        if let Some(device) = &plan.device {
-            let _ = std::fs::remove_file(&device.cni_device_info_file);
+        if let Some(file) = plan.device_info_file() {
+            let _ = std::fs::remove_file(file);
         }
         match delegate_of(plan)?.del(
             self.cni,

@@ -9,7 +9,7 @@ use weft_netconf::{NetworkSelectionElement, NetworkStatus, RESOURCE_NAME_ANNOTAT
 use crate::args::delegate_cni_args;
 use crate::catalog::NetworkCatalog;
 use crate::config::MetaConfig;
-use crate::devices::{DeviceAllocator, device_attachment, with_device_id};
+use crate::devices::{DeviceAllocator, device_attachment, unknown_device_info_file, with_device_id};
 use crate::gateway::DefaultRoutePlan;
 use crate::isolation::check_isolation;
 use crate::plan::{AttachmentRequest, AttachmentRequests, DelegatePlan, PlanError, Pod, merge_cni_args};
@@ -115,6 +115,14 @@ pub fn plan_hotplug_add(
         &request.container_id,
         &element.interface,
     );
+    let unknown_device_info_file = unknown_device_info_file(
+        device.as_ref(),
+        &config.device_info_dir,
+        &resource_name,
+        &resolved.display_name,
+        &request.container_id,
+        &element.interface,
+    );
     let mut capability_args = crate::plan::secondary_capability_args(&no_runtime, &requests);
     if let Some(device) = &device {
         capability_args.insert("deviceID".into(), Value::String(device.device_id.clone()));
@@ -134,6 +142,7 @@ pub fn plan_hotplug_add(
         requests,
         default_route: DefaultRoutePlan::default(),
         device,
+        unknown_device_info_file,
     })
 }
 

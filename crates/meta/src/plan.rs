@@ -16,7 +16,9 @@ use crate::args::{K8sArgs, delegate_cni_args};
 use crate::aux_chain::{AuxChainError, resolve_aux_chain};
 use crate::catalog::NetworkCatalog;
 use crate::config::MetaConfig;
-use crate::devices::{DeviceAllocator, DeviceAttachment, device_attachment, with_device_id};
+use crate::devices::{
+    DeviceAllocator, DeviceAttachment, device_attachment, unknown_device_info_file, with_device_id,
+};
 use crate::gateway::{DefaultRoutePlan, GatewayError, plan_default_routes};
 use crate::isolation::{IsolationError, check_isolation};
 use crate::resolve::{NetworkSource, ResolveError, Resolved, resolve_nad, resolve_static_network};
@@ -114,12 +116,24 @@ pub struct DelegatePlan {
     /// element's `deviceID`) and its device-info files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<DeviceAttachment>,
+    /// A NAD naming a device resource, without a known device: the device-info file an
+    /// earlier ADD may have left, which DEL removes ([`DelegatePlan::device_info_file`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unknown_device_info_file: Option<String>,
 }
 
 impl DelegatePlan {
     /// The CNI network name (libcni cache identity with container id and ifname).
     pub fn network_name(&self) -> &str {
         self.config.name()
+    }
+
+    /// The per-attachment device-info file DEL removes, if any.
+    pub fn device_info_file(&self) -> Option<&str> {
+        self.device
+            .as_ref()
+            .map(|device| device.cni_device_info_file.as_str())
+            .or(self.unknown_device_info_file.as_deref())
     }
 
     /// `CNI_ARGS` for ADD: the common pairs then `MAC=` and `IP=` (comma-joined) when
@@ -551,6 +565,17 @@ fn finish(
                 &ifname,
             ),
         };
+        let unknown_device_info_file = match c.is_master {
+            true => None,
+            false => unknown_device_info_file(
+                device.as_ref(),
+                &config.device_info_dir,
+                &c.resource_name,
+                &c.resolved.display_name,
+                &request.container_id,
+                &ifname,
+            ),
+        };
         if let Some(device) = &device {
             capability_args.insert("deviceID".into(), Value::String(device.device_id.clone()));
             capability_args.insert(
@@ -569,6 +594,7 @@ fn finish(
             requests,
             default_route,
             device,
+            unknown_device_info_file,
         });
     }
     Ok(plans)

@@ -352,4 +352,22 @@ fn device_info_is_copied_reported_and_removed() {
     executor.del(&request, &plans, &[None, None]).unwrap();
     assert!(!cni_file.exists(), "DEL removes the device-info file");
     assert!(dp.exists(), "the device plugin's file stays");
+
+    // The kubelet freed the device before the last DEL (no attachment record either): the
+    // plan has no device, and DEL still removes the file an earlier ADD left.
+    executor.add(&request, &plans).unwrap();
+    assert!(cni_file.exists());
+    catalog.devices.clear();
+    let plans = plan_add(&config, &request, Some(&pod), &catalog).unwrap();
+    assert_eq!(plans[1].device, None);
+    assert_eq!(plans[0].device_info_file(), None, "the cluster network has none");
+    assert_eq!(
+        plans[1].device_info_file(),
+        Some(cni_file.display().to_string().as_str())
+    );
+    executor.del(&request, &plans, &[None, None]).unwrap();
+    assert!(
+        !cni_file.exists(),
+        "DEL without the device removes the device-info file"
+    );
 }
