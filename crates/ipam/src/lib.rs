@@ -23,8 +23,6 @@ pub mod request;
 pub mod reservation;
 #[cfg(any(test, feature = "testing"))]
 pub mod stress;
-#[cfg(test)]
-mod testing;
 
 pub use allocator::{Holder, Lease, allocate, release, release_claim};
 pub use claim::IpamClaim;

@@ -301,7 +301,7 @@ impl Store for CachedStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::MemoryStore;
+    use crate::double::{Behaviour, StoreDouble};
     use serde_json::json;
 
     fn pods() -> ResourceType {
@@ -314,66 +314,9 @@ mod tests {
         .unwrap()
     }
 
-    /// Counts reads that reach the backend.
-    struct Counting {
-        inner: MemoryStore,
-        reads: std::sync::atomic::AtomicUsize,
-    }
-
-    #[async_trait]
-    impl Store for Counting {
-        async fn get(
-            &self,
-            ty: &ResourceType,
-            ns: Option<&str>,
-            name: &str,
-        ) -> Result<Option<Object>, StoreError> {
-            self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            self.inner.get(ty, ns, name).await
-        }
-        async fn list(
-            &self,
-            ty: &ResourceType,
-            ns: Option<&str>,
-            o: &ListOptions,
-        ) -> Result<ObjectList, StoreError> {
-            self.inner.list(ty, ns, o).await
-        }
-        async fn create(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
-            self.inner.create(ty, obj).await
-        }
-        async fn update(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
-            self.inner.update(ty, obj).await
-        }
-        async fn update_status(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
-            self.inner.update_status(ty, obj).await
-        }
-        async fn delete(
-            &self,
-            ty: &ResourceType,
-            ns: Option<&str>,
-            n: &str,
-            p: Option<&str>,
-        ) -> Result<Option<Object>, StoreError> {
-            self.inner.delete(ty, ns, n, p).await
-        }
-        async fn watch(
-            &self,
-            ty: &ResourceType,
-            ns: Option<&str>,
-            o: &ListOptions,
-            rv: Option<&str>,
-        ) -> Result<WatchStream, StoreError> {
-            self.inner.watch(ty, ns, o, rv).await
-        }
-    }
-
     #[tokio::test]
     async fn reads_are_served_from_the_cache_and_follow_changes() {
-        let backend = Arc::new(Counting {
-            inner: MemoryStore::new(),
-            reads: Default::default(),
-        });
+        let backend = Arc::new(StoreDouble::default());
         backend.create(&pods(), pod("a", "node1")).await.unwrap();
         backend.create(&pods(), pod("other", "node2")).await.unwrap();
         let cached = CachedStore::new(
@@ -390,11 +333,7 @@ mod tests {
                 .is_none(),
             "outside the selector"
         );
-        assert_eq!(
-            backend.reads.load(std::sync::atomic::Ordering::SeqCst),
-            0,
-            "no backend GET on the hot path"
-        );
+        assert_eq!(backend.calls("get"), 0, "no backend GET on the hot path");
 
         // A change made by someone else arrives through the watch.
         backend.create(&pods(), pod("b", "node1")).await.unwrap();
@@ -413,59 +352,10 @@ mod tests {
         assert!(cached.get(&pods(), Some("default"), "a").await.unwrap().is_none());
     }
 
-    /// A backend whose watches never deliver: the cache lags behind every change.
-    struct Lagging(MemoryStore);
-
-    #[async_trait]
-    impl Store for Lagging {
-        async fn get(
-            &self,
-            ty: &ResourceType,
-            ns: Option<&str>,
-            name: &str,
-        ) -> Result<Option<Object>, StoreError> {
-            self.0.get(ty, ns, name).await
-        }
-        async fn list(
-            &self,
-            ty: &ResourceType,
-            ns: Option<&str>,
-            o: &ListOptions,
-        ) -> Result<ObjectList, StoreError> {
-            self.0.list(ty, ns, o).await
-        }
-        async fn create(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
-            self.0.create(ty, obj).await
-        }
-        async fn update(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
-            self.0.update(ty, obj).await
-        }
-        async fn update_status(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
-            self.0.update_status(ty, obj).await
-        }
-        async fn delete(
-            &self,
-            ty: &ResourceType,
-            ns: Option<&str>,
-            n: &str,
-            p: Option<&str>,
-        ) -> Result<Option<Object>, StoreError> {
-            self.0.delete(ty, ns, n, p).await
-        }
-        async fn watch(
-            &self,
-            _: &ResourceType,
-            _: Option<&str>,
-            _: &ListOptions,
-            _: Option<&str>,
-        ) -> Result<WatchStream, StoreError> {
-            Ok(futures::stream::pending().boxed())
-        }
-    }
-
     #[tokio::test]
     async fn a_lost_write_refreshes_the_cached_object_so_the_retry_does_not_wait_for_the_watch() {
-        let backend = Arc::new(Lagging(MemoryStore::new()));
+        // Watches that never deliver: the cache lags behind every change.
+        let backend = Arc::new(StoreDouble::new(Behaviour::SilentWatches));
         backend.create(&pods(), pod("a", "node1")).await.unwrap();
         let cached = CachedStore::new(backend.clone(), vec![(pods(), ListOptions::default())]);
         cached.wait_synced(Duration::from_secs(5)).await.unwrap();

@@ -13,13 +13,16 @@
 //! * [`CachedStore`]: list+watch read cache in front of any of them.
 //!
 //! Feature `testing` adds `conformance` (the behaviour suite every backend passes, and
-//! `store_conformance_tests!` to run it) and, with `kube`, `fake_api` (an HTTP-level fake API
+//! `store_conformance_tests!` to run it), `double` (a store double counting its calls, which
+//! can be down or have silent watches) and, with `kube`, `fake_api` (an HTTP-level fake API
 //! server over any store, which counts requests).
 
 mod api;
 mod cached;
 #[cfg(feature = "testing")]
 pub mod conformance;
+#[cfg(feature = "testing")]
+pub mod double;
 mod error;
 #[cfg(all(feature = "testing", feature = "kube"))]
 pub mod fake_api;

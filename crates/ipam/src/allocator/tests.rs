@@ -8,7 +8,7 @@ use super::*;
 use crate::claim::IpamClaim;
 use crate::config::parse_network_config;
 use crate::stress::race;
-use crate::testing::Counting;
+use weft_store::double::{Behaviour, StoreDouble};
 
 fn config(ipam: serde_json::Value) -> IpamConfig {
     parse_network_config(&json!({"name": "blue", "ipam": ipam})).unwrap()
@@ -220,7 +220,7 @@ async fn racing_to_exhaustion_hands_out_each_address_exactly_once() {
 
 #[tokio::test]
 async fn sparse_pool_allocation_is_one_write_and_no_list() {
-    let counting = Arc::new(Counting::default());
+    let counting = Arc::new(StoreDouble::default());
     let store: Arc<dyn Store> = counting.clone();
     let c =
         config(json!({"type": "weft-ipam", "range": "10.0.0.0/16", "ipRanges": [{"range": "fd00::/64"}]}));
@@ -229,22 +229,22 @@ async fn sparse_pool_allocation_is_one_write_and_no_list() {
             .await
             .unwrap();
     }
-    counting.take();
+    counting.take_calls();
     let got = allocate(&store, &c, &holder("x"), &[], None).await.unwrap();
     assert_eq!(
-        counting.take(),
+        counting.take_calls(),
         HashMap::from([("create", 2)]),
         "one create per range, no read, no list"
     );
     assert_eq!(allocate(&store, &c, &holder("x"), &[], None).await.unwrap(), got);
     assert_eq!(
-        counting.take(),
+        counting.take_calls(),
         HashMap::from([("create", 2), ("get", 2)]),
         "a retried ADD reads its home once"
     );
     release(&store, &c, "x", "net1").await.unwrap();
     assert_eq!(
-        counting.take(),
+        counting.take_calls(),
         HashMap::from([("get", 8), ("delete", 2)]),
         "DEL: reads every home slot, deletes one per range"
     );
@@ -312,7 +312,7 @@ async fn del_frees_a_double_hold_left_by_a_retried_add() {
 
 #[tokio::test]
 async fn status_of_a_failing_store_is_an_error() {
-    let store: Arc<dyn Store> = Arc::new(crate::testing::Down);
+    let store: Arc<dyn Store> = Arc::new(StoreDouble::new(Behaviour::Down));
     let c = v4("10.0.0.0/24");
     assert!(usage(&store, &c).await.is_err());
     let err = allocate(&store, &c, &holder("a"), &[], None).await.unwrap_err();

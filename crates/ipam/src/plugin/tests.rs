@@ -274,7 +274,9 @@ async fn claim_errors_are_clear() {
 
 #[tokio::test]
 async fn status_is_code_50_when_the_store_is_unreachable() {
-    let store: Arc<dyn Store> = Arc::new(crate::testing::Down);
+    let store: Arc<dyn Store> = Arc::new(weft_store::double::StoreDouble::new(
+        weft_store::double::Behaviour::Down,
+    ));
     let conf = netconf(json!({}));
     let err = handle(req("STATUS", "", "", &conf), store.clone())
         .await
@@ -335,7 +337,7 @@ async fn claimed_address_held_by_someone_else_is_an_ip_address_conflict() {
 
 #[tokio::test]
 async fn store_writes_per_add_are_one_per_range_plus_one_claim_status() {
-    let counting = Arc::new(crate::testing::Counting::default());
+    let counting = Arc::new(weft_store::double::StoreDouble::default());
     let store: Arc<dyn Store> = counting.clone();
     let writes = |calls: &std::collections::HashMap<&'static str, usize>| {
         ["create", "update", "update_status", "delete"]
@@ -350,14 +352,14 @@ async fn store_writes_per_add_are_one_per_range_plus_one_claim_status() {
         .await
         .unwrap();
     put_pod(&store, "launcher", "vm.blue").await;
-    counting.take();
+    counting.take_calls();
 
     add(&store, "c1", "plain", &conf).await.unwrap();
-    let calls = counting.take();
+    let calls = counting.take_calls();
     assert_eq!((writes(&calls), calls.get("list")), (1, None), "{calls:?}");
 
     add(&store, "c2", "launcher", &conf).await.unwrap();
-    let calls = counting.take();
+    let calls = counting.take_calls();
     assert_eq!(
         (writes(&calls), calls.get("list")),
         (2, None),
@@ -365,8 +367,8 @@ async fn store_writes_per_add_are_one_per_range_plus_one_claim_status() {
     );
 
     put_pod(&store, "launcher-2", "vm.blue").await;
-    counting.take();
+    counting.take_calls();
     add(&store, "c3", "launcher-2", &conf).await.unwrap();
-    let calls = counting.take();
+    let calls = counting.take_calls();
     assert_eq!(writes(&calls), 1, "reuse: only ownerPod changes: {calls:?}");
 }
