@@ -1,8 +1,8 @@
 //! The runtime driving the real reference plugins from /usr/lib/cni. Root tests create their
-//! own network namespaces (`wt-<pid>-<n>-...`): a "host" one where the plugins run (bridges
+//! own network namespaces (`wt-cni-<role>-<pid>-<n>`): a "host" one where the plugins run (bridges
 //! and macvlan parents live there) and a "pod" one; both are removed on drop.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -11,6 +11,7 @@ use weft_cni::runtime::exec::{ExecError, PluginExec, ProcessExec};
 use weft_cni::{
     CniArgs, CniRuntime, CniVersion, Delegate, DelegateError, GcAttachment, JsonObject, RuntimeConf,
 };
+use weft_testing::{Netns, root_or_skip};
 
 const PLUGIN_DIR: &str = "/usr/lib/cni";
 
@@ -32,67 +33,19 @@ fn plugins_installed() -> bool {
     false
 }
 
-fn can_run_root_tests() -> bool {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipping: needs root (CAP_NET_ADMIN) to create network namespaces");
-        return false;
-    }
-    plugins_installed()
+fn can_run_root_tests(name: &str) -> bool {
+    root_or_skip(name) && plugins_installed()
 }
 
-fn ip(args: &[&str]) -> std::process::Output {
-    Command::new("ip")
-        .args(args)
-        .output()
-        .expect("iproute2 is installed")
+/// `ip -j addr show dev IFNAME` in `ns`, if that link exists.
+fn link_in(ns: &Netns, ifname: &str) -> Option<Value> {
+    ns.has_link(ifname)
+        .then(|| ns.ip_json(&["addr", "show", "dev", ifname])[0].clone())
 }
 
-fn ip_ok(args: &[&str]) {
-    let out = ip(args);
-    assert!(
-        out.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A network namespace created for one test, deleted on drop.
-struct Netns {
-    name: String,
-}
-
-impl Netns {
-    fn new(role: &str) -> Self {
-        let name = format!("wt-{}-{role}", unique());
-        ip_ok(&["netns", "add", &name]);
-        let ns = Self { name };
-        ip_ok(&["-n", &ns.name, "link", "set", "lo", "up"]);
-        ns
-    }
-
-    fn path(&self) -> PathBuf {
-        PathBuf::from("/run/netns").join(&self.name)
-    }
-
-    fn path_str(&self) -> String {
-        self.path().to_string_lossy().into_owned()
-    }
-
-    fn link(&self, ifname: &str) -> Option<Value> {
-        let out = ip(&["-j", "-n", &self.name, "addr", "show", "dev", ifname]);
-        if !out.status.success() {
-            return None;
-        }
-        let links: Value = serde_json::from_slice(&out.stdout).ok()?;
-        links.as_array()?.first().cloned()
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        // Deleting the namespace destroys every link still inside it.
-        let _ = ip(&["netns", "del", &self.name]);
-    }
+/// The path of `ns` as `CNI_NETNS` carries it.
+fn netns_path(ns: &Netns) -> String {
+    ns.path().to_string_lossy().into_owned()
 }
 
 fn object(value: Value) -> JsonObject {
@@ -111,7 +64,7 @@ fn runtime_in(host: &Netns) -> CniRuntime<ProcessExec> {
 fn attachment(pod: &Netns, container_id: &str, ifname: &str) -> RuntimeConf {
     RuntimeConf {
         container_id: container_id.into(),
-        netns: pod.path_str(),
+        netns: netns_path(pod),
         ifname: ifname.into(),
         args: CniArgs::from_pairs([("IgnoreUnknown", "1"), ("K8S_POD_NAME", "pod")]),
         capability_args: JsonObject::new(),
@@ -120,11 +73,11 @@ fn attachment(pod: &Netns, container_id: &str, ifname: &str) -> RuntimeConf {
 
 #[test]
 fn bridge_host_local_tuning_chain_add_check_del() {
-    if !can_run_root_tests() {
+    if !can_run_root_tests("bridge_host_local_tuning_chain_add_check_del") {
         return;
     }
-    let host = Netns::new("host");
-    let pod = Netns::new("pod");
+    let host = Netns::new("cni-host-");
+    let pod = Netns::new("cni-pod-");
     let state = tempfile::tempdir().unwrap();
     let id = unique().replace('-', "");
     let bridge = format!("wtb{id}");
@@ -159,10 +112,10 @@ fn bridge_host_local_tuning_chain_add_check_del() {
         .iter()
         .find(|i| i.name == "eth0")
         .expect("eth0 in result");
-    assert_eq!(eth0.sandbox, pod.path_str());
+    assert_eq!(eth0.sandbox, netns_path(&pod));
     assert_eq!(eth0.mac, mac);
 
-    let link = pod.link("eth0").expect("eth0 exists in the pod netns");
+    let link = link_in(&pod, "eth0").expect("eth0 exists in the pod netns");
     assert_eq!(link["mtu"], 1400);
     assert_eq!(link["address"], mac);
     assert!(
@@ -173,11 +126,16 @@ fn bridge_host_local_tuning_chain_add_check_del() {
             .any(|a| a["local"] == "10.213.0.10")
     );
     assert!(
-        host.link(&bridge).is_some(),
+        link_in(&host, &bridge).is_some(),
         "bridge created in the host netns, not ours"
     );
     assert!(
-        ip(&["link", "show", &bridge]).stdout.is_empty(),
+        Command::new("ip")
+            .args(["link", "show", &bridge])
+            .output()
+            .unwrap()
+            .stdout
+            .is_empty(),
         "nothing leaked into our netns"
     );
 
@@ -195,7 +153,7 @@ fn bridge_host_local_tuning_chain_add_check_del() {
         .expect("GC");
 
     delegate.del(&cni, &runtime, Some(&result)).expect("DEL");
-    assert!(pod.link("eth0").is_none(), "eth0 removed by DEL");
+    assert!(link_in(&pod, "eth0").is_none(), "eth0 removed by DEL");
     delegate
         .del(&cni, &runtime, Some(&result))
         .expect("second DEL succeeds");
@@ -206,18 +164,16 @@ fn bridge_host_local_tuning_chain_add_check_del() {
 
 #[test]
 fn macvlan_static_single_conf() {
-    if !can_run_root_tests() {
+    if !can_run_root_tests("macvlan_static_single_conf") {
         return;
     }
-    let host = Netns::new("host");
-    let pod = Netns::new("pod");
+    let host = Netns::new("cni-host-");
+    let pod = Netns::new("cni-pod-");
     let id = unique().replace('-', "");
     let (parent, peer) = (format!("wtm{id}a"), format!("wtm{id}b"));
-    ip_ok(&[
-        "-n", &host.name, "link", "add", &parent, "type", "veth", "peer", "name", &peer,
-    ]);
-    ip_ok(&["-n", &host.name, "link", "set", &parent, "up"]);
-    ip_ok(&["-n", &host.name, "link", "set", &peer, "up"]);
+    host.ip(&["link", "add", &parent, "type", "veth", "peer", "name", &peer]);
+    host.ip(&["link", "set", &parent, "up"]);
+    host.ip(&["link", "set", &peer, "up"]);
     let delegate = Delegate::from_bytes(
         json!({"cniVersion": "1.0.0", "name": "wtmv", "type": "macvlan", "master": parent, "mode": "bridge",
                "ipam": {"type": "static", "addresses": [{"address": "10.214.0.11/24"}]}})
@@ -230,7 +186,7 @@ fn macvlan_static_single_conf() {
 
     let result = delegate.add(&cni, &runtime).expect("ADD");
     assert_eq!(result.ips[0].address.to_string(), "10.214.0.11/24");
-    let link = pod.link("net1").expect("net1 exists in the pod netns");
+    let link = link_in(&pod, "net1").expect("net1 exists in the pod netns");
     assert!(
         link["addr_info"]
             .as_array()
@@ -240,7 +196,7 @@ fn macvlan_static_single_conf() {
     );
     delegate.check(&cni, &runtime, Some(&result)).expect("CHECK");
     delegate.del(&cni, &runtime, Some(&result)).expect("DEL");
-    assert!(pod.link("net1").is_none(), "net1 removed by DEL");
+    assert!(link_in(&pod, "net1").is_none(), "net1 removed by DEL");
     delegate
         .del(&cni, &runtime, Some(&result))
         .expect("second DEL succeeds");
@@ -248,11 +204,11 @@ fn macvlan_static_single_conf() {
 
 #[test]
 fn add_failure_reports_the_plugin_error() {
-    if !can_run_root_tests() {
+    if !can_run_root_tests("add_failure_reports_the_plugin_error") {
         return;
     }
-    let host = Netns::new("host");
-    let pod = Netns::new("pod");
+    let host = Netns::new("cni-host-");
+    let pod = Netns::new("cni-pod-");
     let delegate = Delegate::from_bytes(
         br#"{"cniVersion":"1.0.0","name":"wtbad","type":"macvlan","master":"wt-no-such-link",
              "ipam":{"type":"static","addresses":[{"address":"10.215.0.2/24"}]}}"#,
@@ -268,7 +224,7 @@ fn add_failure_reports_the_plugin_error() {
     // macvlan 1.1.1 says only `{"code":999,"msg":"Link not found"}`.
     assert!(error.msg.to_lowercase().contains("not found"), "{error:?}");
     assert!(err.to_string().contains("macvlan"), "{err}");
-    assert!(pod.link("net1").is_none());
+    assert!(link_in(&pod, "net1").is_none());
 }
 
 #[test]
@@ -326,15 +282,15 @@ const SID_PLUGIN_DIR: &str = "/var/cache/envtest/cni-sid/usr/lib/cni";
 
 #[test]
 fn spec_1_1_plugins_get_status_and_gc() {
-    if !can_run_root_tests() {
+    if !can_run_root_tests("spec_1_1_plugins_get_status_and_gc") {
         return;
     }
     if !Path::new(SID_PLUGIN_DIR).join("bridge").exists() {
         eprintln!("skipping: no 1.1.0 plugins in {SID_PLUGIN_DIR}");
         return;
     }
-    let host = Netns::new("host");
-    let pod = Netns::new("pod");
+    let host = Netns::new("cni-host-");
+    let pod = Netns::new("cni-pod-");
     let state = tempfile::tempdir().unwrap();
     let id = unique().replace('-', "");
     let delegate = Delegate::from_bytes(
@@ -362,7 +318,7 @@ fn spec_1_1_plugins_get_status_and_gc() {
     let runtime = attachment(&pod, &format!("ctr{id}"), "eth0");
     let result = delegate.add(&cni, &runtime).expect("ADD at 1.1.0");
     assert_eq!(result.cni_version, "1.1.0");
-    assert!(pod.link("eth0").is_some());
+    assert!(link_in(&pod, "eth0").is_some());
     delegate.status(&cni).expect("STATUS");
     let valid = [GcAttachment {
         container_id: runtime.container_id.clone(),
@@ -371,7 +327,7 @@ fn spec_1_1_plugins_get_status_and_gc() {
     delegate.gc(&cni, &valid).expect("GC");
     delegate.check(&cni, &runtime, Some(&result)).expect("CHECK");
     delegate.del(&cni, &runtime, Some(&result)).expect("DEL");
-    assert!(pod.link("eth0").is_none());
+    assert!(link_in(&pod, "eth0").is_none());
     let commands = cni.executor().commands.lock().unwrap().clone();
     assert_eq!(commands, ["VERSION", "ADD", "STATUS", "GC", "CHECK", "DEL"]);
 }
@@ -405,11 +361,11 @@ impl<E: PluginExec> PluginExec for Recording<E> {
 
 #[test]
 fn legacy_versions_are_read_from_real_plugins() {
-    if !can_run_root_tests() {
+    if !can_run_root_tests("legacy_versions_are_read_from_real_plugins") {
         return;
     }
-    let host = Netns::new("host");
-    let pod = Netns::new("pod");
+    let host = Netns::new("cni-host-");
+    let pod = Netns::new("cni-pod-");
     let state = tempfile::tempdir().unwrap();
     let cni = runtime_in(&host);
     for (index, version) in ["0.2.0", "0.3.1", "0.4.0"].into_iter().enumerate() {
@@ -437,10 +393,10 @@ fn legacy_versions_are_read_from_real_plugins() {
             version == "0.2.0",
             "{version}: interfaces only from 0.3.0"
         );
-        assert!(pod.link(&ifname).is_some(), "{version}");
+        assert!(link_in(&pod, &ifname).is_some(), "{version}");
         delegate
             .del(&cni, &runtime, Some(&result))
             .unwrap_or_else(|e| panic!("{version} DEL: {e}"));
-        assert!(pod.link(&ifname).is_none(), "{version}");
+        assert!(link_in(&pod, &ifname).is_none(), "{version}");
     }
 }

@@ -2,17 +2,27 @@
 
 mod common;
 
-use common::{TestNs, root_or_skip};
+use common::TestNs;
 use ipnet::IpNet;
-use weft_host::{IpFamily, Route};
+use weft_host::{IpFamily, Netlink, Route};
+use weft_testing::root_or_skip;
 
 fn net(text: &str) -> IpNet {
     text.parse().unwrap()
 }
 
+/// A netlink handle in `test` after creating the veth pair `eth0`/`peer0` there, both up.
+fn eth0_up(test: &TestNs) -> Netlink {
+    let mut nl = test.netlink();
+    nl.create_veth("eth0", "peer0", None).unwrap();
+    nl.set_up("peer0").unwrap();
+    nl.set_up("eth0").unwrap();
+    nl
+}
+
 #[test]
 fn addresses_add_list_delete_flush_v4_and_v6() {
-    if !root_or_skip() {
+    if !root_or_skip("addresses_add_list_delete_flush_v4_and_v6") {
         return;
     }
     let test = TestNs::new();
@@ -79,14 +89,11 @@ fn addresses_add_list_delete_flush_v4_and_v6() {
 
 #[test]
 fn routes_add_list_delete_with_gateway_dev_metric() {
-    if !root_or_skip() {
+    if !root_or_skip("routes_add_list_delete_with_gateway_dev_metric") {
         return;
     }
     let test = TestNs::new();
-    let mut nl = test.netlink();
-    nl.create_veth("eth0", "peer0", None).unwrap();
-    nl.set_up("peer0").unwrap();
-    nl.set_up("eth0").unwrap();
+    let mut nl = eth0_up(&test);
     nl.add_address("eth0", net("10.0.2.2/24")).unwrap();
     nl.add_address("eth0", net("fd10::2/64")).unwrap();
     let eth0 = nl.route_dev("eth0").unwrap();
@@ -184,14 +191,11 @@ fn routes_add_list_delete_with_gateway_dev_metric() {
 
 #[test]
 fn ipv6_addresses_without_dad_are_not_tentative() {
-    if !root_or_skip() {
+    if !root_or_skip("ipv6_addresses_without_dad_are_not_tentative") {
         return;
     }
     let test = TestNs::new();
-    let mut nl = test.netlink();
-    nl.create_veth("eth0", "peer0", None).unwrap();
-    nl.set_up("peer0").unwrap();
-    nl.set_up("eth0").unwrap();
+    let mut nl = eth0_up(&test);
     nl.add_address("eth0", net("fd20::1/64")).unwrap();
     nl.add_address_without_dad("eth0", net("fd30::1/64")).unwrap();
     let oracle = test.ip_json(&["-6", "addr", "show", "dev", "eth0"]);

@@ -2,12 +2,13 @@
 
 mod common;
 
-use common::{TestNs, root_or_skip};
+use common::TestNs;
 use weft_host::{FLOOD_MAC, FdbEntry, MacAddr, MacvlanMode, OperState, Vxlan};
+use weft_testing::root_or_skip;
 
 #[test]
 fn bridge_create_up_mtu_mac_delete() {
-    if !root_or_skip() {
+    if !root_or_skip("bridge_create_up_mtu_mac_delete") {
         return;
     }
     let test = TestNs::new();
@@ -49,7 +50,7 @@ fn bridge_create_up_mtu_mac_delete() {
 
 #[test]
 fn veth_pair_in_one_namespace_with_master_and_learning() {
-    if !root_or_skip() {
+    if !root_or_skip("veth_pair_in_one_namespace_with_master_and_learning") {
         return;
     }
     let test = TestNs::new();
@@ -100,7 +101,7 @@ fn veth_pair_in_one_namespace_with_master_and_learning() {
 
 #[test]
 fn veth_peer_created_in_and_moved_to_other_namespaces() {
-    if !root_or_skip() {
+    if !root_or_skip("veth_peer_created_in_and_moved_to_other_namespaces") {
         return;
     }
     let host = TestNs::new();
@@ -138,7 +139,7 @@ fn veth_peer_created_in_and_moved_to_other_namespaces() {
 
 #[test]
 fn rename_checks_names() {
-    if !root_or_skip() {
+    if !root_or_skip("rename_checks_names") {
         return;
     }
     let test = TestNs::new();
@@ -156,7 +157,7 @@ fn rename_checks_names() {
 
 #[test]
 fn vxlan_over_a_veth_underlay() {
-    if !root_or_skip() {
+    if !root_or_skip("vxlan_over_a_veth_underlay") {
         return;
     }
     let test = TestNs::new();
@@ -185,7 +186,7 @@ fn vxlan_over_a_veth_underlay() {
 
 #[test]
 fn macvlan_on_a_veth_parent() {
-    if !root_or_skip() {
+    if !root_or_skip("macvlan_on_a_veth_parent") {
         return;
     }
     let test = TestNs::new();
@@ -209,7 +210,7 @@ fn macvlan_on_a_veth_parent() {
 
 #[test]
 fn two_nodes_joined_by_vxlan_with_head_end_replication() {
-    if !root_or_skip() {
+    if !root_or_skip("two_nodes_joined_by_vxlan_with_head_end_replication") {
         return;
     }
     let node1 = TestNs::new();
@@ -290,7 +291,7 @@ fn two_nodes_joined_by_vxlan_with_head_end_replication() {
 
 #[test]
 fn links_of_a_group_are_deleted_together() {
-    if !root_or_skip() {
+    if !root_or_skip("links_of_a_group_are_deleted_together") {
         return;
     }
     let test = TestNs::new();
@@ -312,7 +313,7 @@ fn links_of_a_group_are_deleted_together() {
 
 #[test]
 fn kernel_explanations_are_part_of_the_error() {
-    if !root_or_skip() {
+    if !root_or_skip("kernel_explanations_are_part_of_the_error") {
         return;
     }
     let test = TestNs::new();

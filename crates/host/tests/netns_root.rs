@@ -4,12 +4,13 @@ mod common;
 
 use std::process::Command;
 
-use common::{TestNs, root_or_skip};
+use common::TestNs;
 use weft_host::{HostError, Netns};
+use weft_testing::root_or_skip;
 
 #[test]
 fn create_list_open_delete_named_namespace() {
-    if !root_or_skip() {
+    if !root_or_skip("create_list_open_delete_named_namespace") {
         return;
     }
     let test = TestNs::new();
@@ -48,7 +49,7 @@ fn create_list_open_delete_named_namespace() {
 
 #[test]
 fn run_in_uses_a_fresh_thread_and_leaves_the_caller_alone() {
-    if !root_or_skip() {
+    if !root_or_skip("run_in_uses_a_fresh_thread_and_leaves_the_caller_alone") {
         return;
     }
     let test = TestNs::new();
@@ -70,7 +71,7 @@ fn run_in_uses_a_fresh_thread_and_leaves_the_caller_alone() {
 
 #[test]
 fn sockets_created_inside_stay_in_the_namespace() {
-    if !root_or_skip() {
+    if !root_or_skip("sockets_created_inside_stay_in_the_namespace") {
         return;
     }
     let test = TestNs::new();
@@ -102,7 +103,7 @@ fn sockets_created_inside_stay_in_the_namespace() {
 
 #[test]
 fn panics_inside_run_in_reach_the_caller() {
-    if !root_or_skip() {
+    if !root_or_skip("panics_inside_run_in_reach_the_caller") {
         return;
     }
     let test = TestNs::new();
@@ -112,7 +113,7 @@ fn panics_inside_run_in_reach_the_caller() {
 
 #[test]
 fn processes_are_spawned_inside_the_namespace() {
-    if !root_or_skip() {
+    if !root_or_skip("processes_are_spawned_inside_the_namespace") {
         return;
     }
     let test = TestNs::new();
@@ -142,7 +143,7 @@ fn processes_are_spawned_inside_the_namespace() {
 
 #[test]
 fn errors_name_the_namespace() {
-    if !root_or_skip() {
+    if !root_or_skip("errors_name_the_namespace") {
         return;
     }
     let err: HostError = Netns::open("/run/netns/wt-host-does-not-exist").unwrap_err();
@@ -154,7 +155,7 @@ fn errors_name_the_namespace() {
 
 #[test]
 fn parallel_creators_do_not_trip_over_each_other() {
-    if !root_or_skip() {
+    if !root_or_skip("parallel_creators_do_not_trip_over_each_other") {
         return;
     }
     let namespaces: Vec<TestNs> = std::thread::scope(|s| {
@@ -181,7 +182,7 @@ fn parallel_creators_do_not_trip_over_each_other() {
 /// namespace (this thread only) with an empty tmpfs over `/run`.
 #[test]
 fn first_creation_makes_run_netns_a_shared_mount_point() {
-    if !root_or_skip() {
+    if !root_or_skip("first_creation_makes_run_netns_a_shared_mount_point") {
         return;
     }
     use nix::mount::{MsFlags, mount};

@@ -2,12 +2,13 @@
 
 mod common;
 
-use common::{TestNs, root_or_skip};
+use common::TestNs;
 use weft_host::{TapOptions, create_tap, read_sysctl, write_sysctl};
+use weft_testing::root_or_skip;
 
 #[test]
 fn persistent_tap_inside_a_namespace() {
-    if !root_or_skip() {
+    if !root_or_skip("persistent_tap_inside_a_namespace") {
         return;
     }
     let test = TestNs::new();
@@ -65,7 +66,7 @@ fn persistent_tap_inside_a_namespace() {
 
 #[test]
 fn sysctls_are_per_namespace() {
-    if !root_or_skip() {
+    if !root_or_skip("sysctls_are_per_namespace") {
         return;
     }
     let test = TestNs::new();

@@ -1,12 +1,13 @@
 //! The `nft -f -` scripts: snapshots, and (as root) the kernel accepting them in a fresh netns.
 
 use std::io::Write as _;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use weft_launcher::nft::{
     ForwardedPort, ForwardedPortRange, NatAddresses, NatInput, NatOptions, NatRuleSet, NftFamily,
     masquerade_rules, remove_script,
 };
+use weft_testing::{Netns, root_or_skip};
 
 fn rule_set(options: NatOptions) -> NatRuleSet {
     masquerade_rules(&NatInput {
@@ -56,28 +57,9 @@ fn install_script_snapshots() {
     insta::assert_snapshot!("remove", remove_script(&[NftFamily::Ip, NftFamily::Ip6]));
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
-struct TestNetns(String);
-
-impl Drop for TestNetns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn nft(ns: &TestNetns, args: &[&str], stdin: &str) -> String {
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &ns.0, "nft"])
+fn nft(ns: &Netns, args: &[&str], stdin: &str) -> String {
+    let mut child = ns
+        .command(&["nft"])
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -97,18 +79,10 @@ fn nft(ns: &TestNetns, args: &[&str], stdin: &str) -> String {
 /// The kernel takes every script; re-applying replaces the rules; removal leaves nothing.
 #[test]
 fn kernel_accepts_the_scripts() {
-    if !is_root() {
-        eprintln!("skipping: needs root (CAP_NET_ADMIN)");
+    if !root_or_skip("kernel_accepts_the_scripts") {
         return;
     }
-    let ns = TestNetns(format!("wt-nft-{}", std::process::id()));
-    assert!(
-        Command::new("ip")
-            .args(["netns", "add", &ns.0])
-            .status()
-            .unwrap()
-            .success()
-    );
+    let ns = Netns::new("nft-");
     for options in [NatOptions::default(), every_feature()] {
         let rules = rule_set(options);
         let expected = rules.rule_lines().len();

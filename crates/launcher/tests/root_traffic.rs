@@ -3,8 +3,7 @@
 //! `eth0`. The node has no route to the VM network, so outbound traffic only works through the
 //! masquerade, and inbound traffic to the pod IP only reaches the guest through the DNAT.
 
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -12,68 +11,7 @@ use weft_launcher::exec::{NetlinkBackend, NetnsBackend, apply, teardown};
 use weft_launcher::{
     Binding, NatOptions, TapOwner, TapSettings, VmNetworkCidrs, WiringPlan, WiringRequest, plan_wiring,
 };
-
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
-fn run(program: &str, args: &[&str]) -> Result<String> {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .with_context(|| format!("running {program}"))?;
-    if !out.status.success() {
-        bail!(
-            "{program} {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-struct Netns(String);
-
-impl Netns {
-    fn new(role: &str) -> Result<Self> {
-        let name = format!(
-            "wt-mqt-{role}-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        );
-        run("ip", &["netns", "add", &name])?;
-        let ns = Netns(name);
-        ns.ip(&["link", "set", "lo", "up"])?;
-        Ok(ns)
-    }
-
-    fn ip(&self, args: &[&str]) -> Result<String> {
-        let mut full = vec!["-n", self.0.as_str()];
-        full.extend_from_slice(args);
-        run("ip", &full)
-    }
-
-    fn exec(&self, args: &[&str]) -> Result<String> {
-        let mut full = vec!["netns", "exec", self.0.as_str()];
-        full.extend_from_slice(args);
-        run("ip", &full)
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = run("ip", &["netns", "del", &self.0]);
-    }
-}
+use weft_testing::{Netns, can_run_root_test};
 
 /// A background process killed (by its pid) when dropped.
 struct Background(Child);
@@ -91,10 +29,8 @@ fn httpd(ns: &Netns, dir: &std::path::Path) -> Result<Background> {
 
 fn httpd_on(ns: &Netns, dir: &std::path::Path, port: u16) -> Result<Background> {
     let port = port.to_string();
-    let child = Command::new("ip")
-        .args([
-            "netns", "exec", &ns.0, "busybox", "httpd", "-f", "-p", &port, "-h",
-        ])
+    let child = ns
+        .command(&["busybox", "httpd", "-f", "-p", &port, "-h"])
         .arg(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -115,15 +51,26 @@ fn serve_node_and_guest(node: &Netns, guest: &Netns) -> Result<(tempfile::TempDi
     Ok((www, node_httpd, guest_httpd))
 }
 
+/// One fetch of `url` from `ns` given `seconds`: the body, or wget's error output.
+fn fetch(ns: &Netns, url: &str, seconds: &str) -> Result<String> {
+    let out = ns
+        .command(&["timeout", seconds, "busybox", "wget", "-q", "-O", "-", url])
+        .output()?;
+    if !out.status.success() {
+        bail!("wget {url}: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// One fetch of `url` from `ns`, given 2 s (for what must not answer).
 fn fetch_once(ns: &Netns, url: &str) -> Result<String> {
-    ns.exec(&["timeout", "2", "busybox", "wget", "-q", "-O", "-", url])
+    fetch(ns, url, "2")
 }
 
 fn wget(ns: &Netns, url: &str) -> Result<String> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        match ns.exec(&["timeout", "3", "busybox", "wget", "-q", "-O", "-", url]) {
+        match fetch(ns, url, "3") {
             Ok(body) => return Ok(body),
             Err(e) if Instant::now() > deadline => return Err(e),
             Err(_) => std::thread::sleep(Duration::from_millis(100)),
@@ -133,18 +80,16 @@ fn wget(ns: &Netns, url: &str) -> Result<String> {
 
 /// A pod netns whose `eth0` (10.222.222.1/30, default route via the node) is a veth to a node
 /// netns (`wt-node`, 10.222.222.2/30).
-fn pod_behind_node(role_prefix: &str) -> Result<(Netns, Netns)> {
-    let pod = Netns::new(&format!("{role_prefix}pod"))?;
-    let node = Netns::new(&format!("{role_prefix}node"))?;
-    pod.ip(&[
-        "link", "add", "eth0", "type", "veth", "peer", "name", "wt-node", "netns", &node.0,
-    ])?;
-    pod.ip(&["addr", "add", "10.222.222.1/30", "dev", "eth0"])?;
-    pod.ip(&["link", "set", "eth0", "up"])?;
-    pod.ip(&["route", "add", "default", "via", "10.222.222.2"])?;
-    node.ip(&["addr", "add", "10.222.222.2/30", "dev", "wt-node"])?;
-    node.ip(&["link", "set", "wt-node", "up"])?;
-    Ok((pod, node))
+fn pod_behind_node(role_prefix: &str) -> (Netns, Netns) {
+    let pod = Netns::new(&format!("mqt-{role_prefix}pod-"));
+    let node = Netns::new(&format!("mqt-{role_prefix}node-"));
+    pod.add_veth("eth0", &node, "wt-node");
+    pod.ip(&["addr", "add", "10.222.222.1/30", "dev", "eth0"]);
+    pod.ip(&["link", "set", "eth0", "up"]);
+    pod.ip(&["route", "add", "default", "via", "10.222.222.2"]);
+    node.ip(&["addr", "add", "10.222.222.2/30", "dev", "wt-node"]);
+    node.ip(&["link", "set", "wt-node", "up"]);
+    (pod, node)
 }
 
 /// The wiring of the pod's primary `eth0` with `binding`.
@@ -166,7 +111,7 @@ fn request(binding: Binding, pod_link: weft_launcher::PodLink) -> WiringRequest 
 
 /// Plan the wiring of the pod's `eth0` with `binding` and apply it in the pod netns.
 fn wire(pod: &Netns, binding: Binding) -> Result<(NetlinkBackend, WiringPlan)> {
-    let mut backend = NetlinkBackend::open(format!("/run/netns/{}", pod.0))?;
+    let mut backend = NetlinkBackend::open(pod.path())?;
     let pod_link = backend.discover("eth0")?.context("eth0")?;
     let plan = plan_wiring(&request(binding, pod_link))?;
     apply(&mut backend, &plan)?;
@@ -175,43 +120,39 @@ fn wire(pod: &Netns, binding: Binding) -> Result<(NetlinkBackend, WiringPlan)> {
 
 /// The guest's NIC: a veth whose pod end (`wt-gport`) is a port of `bridge` and whose other end
 /// is the guest netns's `eth0` (standing in for the TAP's far side).
-fn guest_port(pod: &Netns, guest: &Netns, bridge: &str) -> Result<()> {
-    pod.ip(&[
-        "link", "add", "wt-gport", "type", "veth", "peer", "name", "eth0", "netns", &guest.0,
-    ])?;
-    pod.ip(&["link", "set", "wt-gport", "master", bridge, "up"])?;
-    Ok(())
+fn guest_port(pod: &Netns, guest: &Netns, bridge: &str) {
+    pod.add_veth("wt-gport", guest, "eth0");
+    pod.ip(&["link", "set", "wt-gport", "master", bridge, "up"]);
 }
 
 #[test]
 fn masquerade_forwards_both_ways() -> Result<()> {
-    if !is_root() {
-        eprintln!("skipping: needs root (CAP_NET_ADMIN)");
+    if !can_run_root_test("masquerade_forwards_both_ways") {
         return Ok(());
     }
-    let (pod, node) = pod_behind_node("")?;
-    let guest = Netns::new("guest")?;
-    pod.ip(&["addr", "add", "2001:db8::1/64", "dev", "eth0", "nodad"])?;
-    pod.ip(&["-6", "route", "add", "default", "via", "2001:db8::2"])?;
-    node.ip(&["addr", "add", "2001:db8::2/64", "dev", "wt-node", "nodad"])?;
+    let (pod, node) = pod_behind_node("");
+    let guest = Netns::new("mqt-guest-");
+    pod.ip(&["addr", "add", "2001:db8::1/64", "dev", "eth0", "nodad"]);
+    pod.ip(&["-6", "route", "add", "default", "via", "2001:db8::2"]);
+    node.ip(&["addr", "add", "2001:db8::2/64", "dev", "wt-node", "nodad"]);
 
     let (mut backend, plan) = wire(&pod, Binding::Masquerade(NatOptions::default()))?;
 
     // The guest's NIC: a veth port on the bridge, configured as the DHCP lease says.
     let lease = plan.lease.as_ref().unwrap().ipv4.as_ref().unwrap();
-    guest_port(&pod, &guest, &plan.names.bridge)?;
-    guest.ip(&["addr", "add", &lease.address.to_string(), "dev", "eth0"])?;
-    guest.ip(&["link", "set", "eth0", "up"])?;
+    guest_port(&pod, &guest, &plan.names.bridge);
+    guest.ip(&["addr", "add", &lease.address.to_string(), "dev", "eth0"]);
+    guest.ip(&["link", "set", "eth0", "up"]);
     guest.ip(&[
         "route",
         "add",
         "default",
         "via",
         &lease.router.unwrap().to_string(),
-    ])?;
+    ]);
     let v6 = plan.lease.as_ref().unwrap().ipv6.as_ref().unwrap();
-    guest.ip(&["addr", "add", &v6.address.to_string(), "dev", "eth0", "nodad"])?;
-    guest.ip(&["-6", "route", "add", "default", "via", "fd10:0:2::1"])?;
+    guest.ip(&["addr", "add", &v6.address.to_string(), "dev", "eth0", "nodad"]);
+    guest.ip(&["-6", "route", "add", "default", "via", "fd10:0:2::1"]);
 
     let _servers = serve_node_and_guest(&node, &guest)?;
 
@@ -225,7 +166,7 @@ fn masquerade_forwards_both_ways() -> Result<()> {
         "hello-from-guest\n"
     );
     // Outbound: the node has no route to 10.0.2.0/24; only the masquerade makes this work.
-    assert!(!node.ip(&["route"])?.contains("10.0.2"));
+    assert!(!node.exec(&["ip", "route"]).contains("10.0.2"));
     assert_eq!(
         wget(&guest, "http://10.222.222.2/index.html")?,
         "hello-from-node\n"
@@ -236,7 +177,7 @@ fn masquerade_forwards_both_ways() -> Result<()> {
         "hello-from-guest\n"
     );
 
-    pod.ip(&["link", "del", "wt-gport"])?;
+    pod.ip(&["link", "del", "wt-gport"]);
     teardown(&mut backend, &plan)?;
     let after = fetch_once(&node, "http://10.222.222.1/index.html");
     assert!(after.is_err(), "no DNAT after teardown: {after:?}");
@@ -246,12 +187,11 @@ fn masquerade_forwards_both_ways() -> Result<()> {
 /// With declared ports only those reach the guest from outside (KubeVirt §8 step 8).
 #[test]
 fn masquerade_forwards_only_declared_ports() -> Result<()> {
-    if !is_root() {
-        eprintln!("skipping: needs root (CAP_NET_ADMIN)");
+    if !can_run_root_test("masquerade_forwards_only_declared_ports") {
         return Ok(());
     }
-    let (pod, node) = pod_behind_node("p")?;
-    let guest = Netns::new("pguest")?;
+    let (pod, node) = pod_behind_node("p");
+    let guest = Netns::new("mqt-pguest-");
     let options = NatOptions {
         ports: vec![weft_launcher::nft::ForwardedPort {
             protocol: "TCP".to_string(),
@@ -260,10 +200,10 @@ fn masquerade_forwards_only_declared_ports() -> Result<()> {
         ..NatOptions::default()
     };
     let (mut backend, plan) = wire(&pod, Binding::Masquerade(options))?;
-    guest_port(&pod, &guest, &plan.names.bridge)?;
-    guest.ip(&["addr", "add", "10.0.2.2/24", "dev", "eth0"])?;
-    guest.ip(&["link", "set", "eth0", "up"])?;
-    guest.ip(&["route", "add", "default", "via", "10.0.2.1"])?;
+    guest_port(&pod, &guest, &plan.names.bridge);
+    guest.ip(&["addr", "add", "10.0.2.2/24", "dev", "eth0"]);
+    guest.ip(&["link", "set", "eth0", "up"]);
+    guest.ip(&["route", "add", "default", "via", "10.0.2.1"]);
     let www = tempfile::tempdir()?;
     std::fs::write(www.path().join("index.html"), "hello-from-guest\n")?;
     let _on_80 = httpd_on(&guest, www.path(), 80)?;
@@ -281,7 +221,7 @@ fn masquerade_forwards_only_declared_ports() -> Result<()> {
         "the guest does serve it"
     );
 
-    pod.ip(&["link", "del", "wt-gport"])?;
+    pod.ip(&["link", "del", "wt-gport"]);
     teardown(&mut backend, &plan)?;
     Ok(())
 }
@@ -290,29 +230,28 @@ fn masquerade_forwards_only_declared_ports() -> Result<()> {
 /// takes over the pod IP at L2 and talks to the node directly, both ways.
 #[test]
 fn bridge_binding_hands_the_pod_ip_to_the_guest() -> Result<()> {
-    if !is_root() {
-        eprintln!("skipping: needs root (CAP_NET_ADMIN)");
+    if !can_run_root_test("bridge_binding_hands_the_pod_ip_to_the_guest") {
         return Ok(());
     }
-    let (pod, node) = pod_behind_node("b")?;
-    let guest = Netns::new("bguest")?;
+    let (pod, node) = pod_behind_node("b");
+    let guest = Netns::new("mqt-bguest-");
 
     let (mut backend, plan) = wire(&pod, Binding::Bridge)?;
 
     let lease = plan.lease.as_ref().unwrap();
     let v4 = lease.ipv4.as_ref().unwrap();
     assert_eq!(v4.address.to_string(), "10.222.222.1/30");
-    guest_port(&pod, &guest, &plan.names.bridge)?;
+    guest_port(&pod, &guest, &plan.names.bridge);
     guest.ip(&[
         "link",
         "set",
         "eth0",
         "address",
         &lease.client_mac.unwrap().to_string(),
-    ])?;
-    guest.ip(&["addr", "add", &v4.address.to_string(), "dev", "eth0"])?;
-    guest.ip(&["link", "set", "eth0", "up"])?;
-    guest.ip(&["route", "add", "default", "via", &v4.router.unwrap().to_string()])?;
+    ]);
+    guest.ip(&["addr", "add", &v4.address.to_string(), "dev", "eth0"]);
+    guest.ip(&["link", "set", "eth0", "up"]);
+    guest.ip(&["route", "add", "default", "via", &v4.router.unwrap().to_string()]);
 
     let _servers = serve_node_and_guest(&node, &guest)?;
 
@@ -325,10 +264,10 @@ fn bridge_binding_hands_the_pod_ip_to_the_guest() -> Result<()> {
         "hello-from-guest\n"
     );
 
-    pod.ip(&["link", "del", "wt-gport"])?;
+    pod.ip(&["link", "del", "wt-gport"]);
     teardown(&mut backend, &plan)?;
     assert!(
-        pod.ip(&["addr", "show", "dev", "eth0"])?
+        pod.exec(&["ip", "addr", "show", "dev", "eth0"])
             .contains("10.222.222.1/30"),
         "pod IP restored"
     );

@@ -2,146 +2,69 @@
 //! the CNI-made pod interfaces), checked with `ip -j` / `nft -j`, then torn down to the state
 //! before. Each scenario runs on both backends.
 
-use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use serde_json::Value;
 use weft_launcher::exec::{CommandBackend, NetlinkBackend, NetnsBackend, apply, teardown};
 use weft_launcher::{Binding, NatOptions, TapOwner, TapSettings, VmNetworkCidrs, WiringRequest, plan_wiring};
+use weft_testing::{Netns, root_or_skip};
 
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+/// Links, global addresses, main-table routes and the nft ruleset, without volatile fields.
+fn snapshot(ns: &Netns) -> Value {
+    let links: Vec<Value> = ns
+        .ip_json(&["link", "show"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            serde_json::json!({
+                "name": l["ifname"], "mac": l["address"], "mtu": l["mtu"],
+                "flags": l["flags"], "master": l["master"],
+            })
         })
-        .unwrap_or(false)
-}
-
-/// A named netns that is deleted when dropped, even if the test fails.
-struct TestNetns {
-    name: String,
-}
-
-impl TestNetns {
-    fn new() -> Result<Self> {
-        let name = format!(
-            "wt-launch-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        );
-        run("ip", &["netns", "add", &name])?;
-        let ns = TestNetns { name };
-        ns.ip(&["link", "set", "lo", "up"])?;
-        Ok(ns)
-    }
-
-    fn path(&self) -> String {
-        format!("/run/netns/{}", self.name)
-    }
-
-    fn ip(&self, args: &[&str]) -> Result<String> {
-        let mut full = vec!["-n", self.name.as_str()];
-        full.extend_from_slice(args);
-        run("ip", &full)
-    }
-
-    fn exec(&self, program: &str, args: &[&str]) -> Result<String> {
-        let mut full = vec!["netns", "exec", self.name.as_str(), program];
-        full.extend_from_slice(args);
-        run("ip", &full)
-    }
-
-    fn json(&self, args: &[&str]) -> Result<Value> {
-        let mut full = vec!["-j"];
-        full.extend_from_slice(args);
-        Ok(serde_json::from_str(&self.ip(&full)?)?)
-    }
-
-    /// Links, global addresses, main-table routes and the nft ruleset, without volatile fields.
-    fn snapshot(&self) -> Result<Value> {
-        let links: Vec<Value> = self
-            .json(&["link", "show"])?
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|l| {
-                serde_json::json!({
-                    "name": l["ifname"], "mac": l["address"], "mtu": l["mtu"],
-                    "flags": l["flags"], "master": l["master"],
-                })
-            })
-            .collect();
-        let addrs: Vec<Value> = self
-            .json(&["addr", "show", "scope", "global"])?
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|l| {
-                let list: Vec<Value> = l["addr_info"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .filter(|a| a["local"].is_string())
-                    .map(|a| serde_json::json!([a["local"], a["prefixlen"]]))
-                    .collect();
-                serde_json::json!({"name": l["ifname"], "addrs": list})
-            })
-            .collect();
-        let sorted = |v: Value| {
-            let mut list: Vec<String> = v.as_array().unwrap().iter().map(|r| r.to_string()).collect();
-            list.sort();
-            list
-        };
-        let routes4 = sorted(self.json(&["-4", "route", "show"])?);
-        let routes6 = sorted(self.json(&["-6", "route", "show"])?);
-        let nft = self.exec("nft", &["list", "ruleset"])?;
-        Ok(
-            serde_json::json!({"links": links, "addrs": addrs, "routes4": routes4, "routes6": routes6, "nft": nft}),
-        )
-    }
-}
-
-impl Drop for TestNetns {
-    fn drop(&mut self) {
-        let _ = run("ip", &["netns", "del", &self.name]);
-    }
-}
-
-fn run(program: &str, args: &[&str]) -> Result<String> {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .with_context(|| format!("running {program}"))?;
-    if !out.status.success() {
-        bail!(
-            "{program} {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        .collect();
+    let addrs: Vec<Value> = ns
+        .ip_json(&["addr", "show", "scope", "global"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            let list: Vec<Value> = l["addr_info"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|a| a["local"].is_string())
+                .map(|a| serde_json::json!([a["local"], a["prefixlen"]]))
+                .collect();
+            serde_json::json!({"name": l["ifname"], "addrs": list})
+        })
+        .collect();
+    let sorted = |v: Value| {
+        let mut list: Vec<String> = v.as_array().unwrap().iter().map(|r| r.to_string()).collect();
+        list.sort();
+        list
+    };
+    let routes4 = sorted(ns.ip_json(&["-4", "route", "show"]));
+    let routes6 = sorted(ns.ip_json(&["-6", "route", "show"]));
+    let nft = ns.exec(&["nft", "list", "ruleset"]);
+    serde_json::json!({"links": links, "addrs": addrs, "routes4": routes4, "routes6": routes6, "nft": nft})
 }
 
 /// Two veth pairs in the netns: `eth0` (10.222.222.1/30 + 2001:db8::1/64, default route) and
 /// `pod16477688c0e` (192.168.50.5/24, a route to 10.99.0.0/16), as CNI plugins would leave them.
-fn pod_interfaces(ns: &TestNetns) -> Result<()> {
+fn pod_interfaces(ns: &Netns) {
     for (name, peer) in [("eth0", "wt-peer0"), ("pod16477688c0e", "wt-peer1")] {
         ns.ip(&[
             "link", "add", name, "mtu", "1450", "type", "veth", "peer", "name", peer,
-        ])?;
-        ns.ip(&["link", "set", peer, "up"])?;
-        ns.ip(&["link", "set", name, "up"])?;
+        ]);
+        ns.ip(&["link", "set", peer, "up"]);
+        ns.ip(&["link", "set", name, "up"]);
     }
-    ns.ip(&["addr", "add", "10.222.222.1/30", "dev", "eth0"])?;
-    ns.ip(&["addr", "add", "2001:db8::1/64", "dev", "eth0", "nodad"])?;
-    ns.ip(&["route", "add", "default", "via", "10.222.222.2", "dev", "eth0"])?;
-    ns.ip(&["addr", "add", "192.168.50.5/24", "dev", "pod16477688c0e"])?;
+    ns.ip(&["addr", "add", "10.222.222.1/30", "dev", "eth0"]);
+    ns.ip(&["addr", "add", "2001:db8::1/64", "dev", "eth0", "nodad"]);
+    ns.ip(&["route", "add", "default", "via", "10.222.222.2", "dev", "eth0"]);
+    ns.ip(&["addr", "add", "192.168.50.5/24", "dev", "pod16477688c0e"]);
     ns.ip(&[
         "route",
         "add",
@@ -150,8 +73,7 @@ fn pod_interfaces(ns: &TestNetns) -> Result<()> {
         "192.168.50.1",
         "dev",
         "pod16477688c0e",
-    ])?;
-    Ok(())
+    ]);
 }
 
 fn request(
@@ -176,24 +98,24 @@ fn request(
     })
 }
 
-fn addresses(ns: &TestNetns, link: &str) -> Result<Vec<String>> {
-    let v = ns.json(&["addr", "show", "dev", link, "scope", "global"])?;
-    Ok(v[0]["addr_info"]
+fn addresses(ns: &Netns, link: &str) -> Vec<String> {
+    let v = ns.ip_json(&["addr", "show", "dev", link, "scope", "global"]);
+    v[0]["addr_info"]
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(|a| Some(format!("{}/{}", a["local"].as_str()?, a["prefixlen"])))
-        .collect())
+        .collect()
 }
 
-fn link(ns: &TestNetns, name: &str) -> Result<Value> {
-    Ok(ns.json(&["-d", "link", "show", "dev", name])?[0].clone())
+fn link(ns: &Netns, name: &str) -> Value {
+    ns.ip_json(&["-d", "link", "show", "dev", name])[0].clone()
 }
 
-fn scenario(make_backend: fn(&str) -> Box<dyn NetnsBackend>) -> Result<()> {
-    let ns = TestNetns::new()?;
-    pod_interfaces(&ns)?;
-    let before = ns.snapshot()?;
+fn scenario(make_backend: fn(&Path) -> Box<dyn NetnsBackend>) -> Result<()> {
+    let ns = Netns::new("launch-");
+    pod_interfaces(&ns);
+    let before = snapshot(&ns);
     let mut backend = make_backend(&ns.path());
 
     let masquerade_request = request(
@@ -221,29 +143,29 @@ fn scenario(make_backend: fn(&str) -> Box<dyn NetnsBackend>) -> Result<()> {
     apply(backend.as_mut(), &bridge)?;
 
     // masquerade
-    assert_eq!(addresses(&ns, "k6t-eth0")?, ["10.0.2.1/24", "fd10:0:2::1/120"]);
-    let k6t = link(&ns, "k6t-eth0")?;
+    assert_eq!(addresses(&ns, "k6t-eth0"), ["10.0.2.1/24", "fd10:0:2::1/120"]);
+    let k6t = link(&ns, "k6t-eth0");
     assert_eq!(
         (k6t["address"].as_str(), k6t["mtu"].as_u64()),
         (Some("02:00:00:00:00:00"), Some(1450))
     );
-    let tap0 = link(&ns, "tap0")?;
+    let tap0 = link(&ns, "tap0");
     assert_eq!(tap0["master"], "k6t-eth0");
     assert_eq!(tap0["mtu"], 1450);
     assert_eq!(tap0["linkinfo"]["info_data"]["user"], 107, "{tap0}");
     assert_eq!(tap0["linkinfo"]["info_data"]["multi_queue"], true, "{tap0}");
     assert_eq!(
-        addresses(&ns, "eth0")?,
+        addresses(&ns, "eth0"),
         ["10.222.222.1/30", "2001:db8::1/64"],
         "masquerade keeps the pod IPs"
     );
-    assert_eq!(ns.exec("sysctl", &["-n", "net.ipv4.ip_forward"])?.trim(), "1");
+    assert_eq!(ns.exec(&["sysctl", "-n", "net.ipv4.ip_forward"]).trim(), "1");
     assert_eq!(
-        ns.exec("sysctl", &["-n", "net/ipv4/conf/k6t-eth0/route_localnet"])?
+        ns.exec(&["sysctl", "-n", "net/ipv4/conf/k6t-eth0/route_localnet"])
             .trim(),
         "1"
     );
-    let ruleset: Value = serde_json::from_str(&ns.exec("nft", &["-j", "list", "ruleset"])?)?;
+    let ruleset: Value = serde_json::from_str(&ns.exec(&["nft", "-j", "list", "ruleset"]))?;
     let rules: Vec<&Value> = ruleset["nftables"]
         .as_array()
         .unwrap()
@@ -257,8 +179,8 @@ fn scenario(make_backend: fn(&str) -> Box<dyn NetnsBackend>) -> Result<()> {
     assert!(text.contains("\"masquerade\"") && text.contains("10.0.2.2") && text.contains("fd10:0:2::2"));
 
     // bridge
-    let nic = link(&ns, "16477688c0e-nic")?;
-    let kbr = link(&ns, "k6t-16477688c0e")?;
+    let nic = link(&ns, "16477688c0e-nic");
+    let kbr = link(&ns, "k6t-16477688c0e");
     assert_eq!(nic["master"], "k6t-16477688c0e");
     // The nic took the bridge's MAC of the moment (the bridge then follows its lowest port MAC),
     // so the original pod MAC is left to the guest alone.
@@ -267,19 +189,16 @@ fn scenario(make_backend: fn(&str) -> Box<dyn NetnsBackend>) -> Result<()> {
     assert_ne!(kbr["address"].as_str(), Some(original_mac.as_str()));
     assert_eq!(bridge.guest_mac.to_string(), original_mac);
     assert_eq!(nic["linkinfo"]["info_slave_data"]["learning"], false);
-    assert!(addresses(&ns, "16477688c0e-nic")?.is_empty());
+    assert!(addresses(&ns, "16477688c0e-nic").is_empty());
     assert_eq!(
-        addresses(&ns, "k6t-16477688c0e")?,
+        addresses(&ns, "k6t-16477688c0e"),
         ["169.254.75.11/32"],
         "fake bridge IP of index 1"
     );
-    assert_eq!(link(&ns, "tap16477688c0e")?["master"], "k6t-16477688c0e");
-    assert!(
-        ns.ip(&["link", "show", "dev", "pod16477688c0e"]).is_err(),
-        "renamed away"
-    );
+    assert_eq!(link(&ns, "tap16477688c0e")["master"], "k6t-16477688c0e");
+    assert!(!ns.has_link("pod16477688c0e"), "renamed away");
     assert_eq!(
-        ns.exec("sysctl", &["-n", "net.ipv4.conf.all.arp_ignore"])?.trim(),
+        ns.exec(&["sysctl", "-n", "net.ipv4.conf.all.arp_ignore"]).trim(),
         "1"
     );
     let lease = bridge.lease.as_ref().unwrap().ipv4.as_ref().unwrap();
@@ -289,7 +208,7 @@ fn scenario(make_backend: fn(&str) -> Box<dyn NetnsBackend>) -> Result<()> {
     teardown(backend.as_mut(), &bridge)?;
     teardown(backend.as_mut(), &masquerade)?;
     assert_eq!(
-        ns.snapshot()?,
+        snapshot(&ns),
         before,
         "teardown restores links, addresses, routes and nft"
     );
@@ -297,18 +216,17 @@ fn scenario(make_backend: fn(&str) -> Box<dyn NetnsBackend>) -> Result<()> {
     Ok(())
 }
 
-fn netlink_backend(path: &str) -> Box<dyn NetnsBackend> {
+fn netlink_backend(path: &Path) -> Box<dyn NetnsBackend> {
     Box::new(NetlinkBackend::open(path).unwrap())
 }
 
-fn command_backend(path: &str) -> Box<dyn NetnsBackend> {
+fn command_backend(path: &Path) -> Box<dyn NetnsBackend> {
     Box::new(CommandBackend::new(path))
 }
 
 #[test]
 fn wiring_round_trip_netlink() -> Result<()> {
-    if !is_root() {
-        eprintln!("skipping: needs root (CAP_NET_ADMIN)");
+    if !root_or_skip("wiring_round_trip_netlink") {
         return Ok(());
     }
     scenario(netlink_backend)
@@ -316,8 +234,7 @@ fn wiring_round_trip_netlink() -> Result<()> {
 
 #[test]
 fn wiring_round_trip_commands() -> Result<()> {
-    if !is_root() {
-        eprintln!("skipping: needs root (CAP_NET_ADMIN)");
+    if !root_or_skip("wiring_round_trip_commands") {
         return Ok(());
     }
     scenario(command_backend)
@@ -326,20 +243,19 @@ fn wiring_round_trip_commands() -> Result<()> {
 /// A step failing midway (the TAP name is taken by a bridge) rolls back everything before it.
 #[test]
 fn failed_apply_rolls_back() -> Result<()> {
-    if !is_root() {
-        eprintln!("skipping: needs root (CAP_NET_ADMIN)");
+    if !root_or_skip("failed_apply_rolls_back") {
         return Ok(());
     }
-    let ns = TestNetns::new()?;
-    pod_interfaces(&ns)?;
-    ns.ip(&["link", "add", "tap16477688c0e", "type", "bridge"])?;
-    let before = ns.snapshot()?;
+    let ns = Netns::new("launch-");
+    pod_interfaces(&ns);
+    ns.ip(&["link", "add", "tap16477688c0e", "type", "bridge"]);
+    let before = snapshot(&ns);
     let mut backend = NetlinkBackend::open(ns.path())?;
     let plan = plan_wiring(&request(&mut backend, Binding::Bridge, "pod16477688c0e", 1)?)?;
     let err = apply(&mut backend, &plan).unwrap_err();
     assert!(err.to_string().contains("tap16477688c0e"), "{err}");
     assert!(err.rollback_failures.is_empty(), "{err}");
-    assert_eq!(ns.snapshot()?, before);
+    assert_eq!(snapshot(&ns), before);
     Ok(())
 }
 
@@ -347,18 +263,17 @@ fn failed_apply_rolls_back() -> Result<()> {
 /// link is not an error and weft's own links still go.
 #[test]
 fn teardown_after_the_pod_link_is_gone() -> Result<()> {
-    if !is_root() {
-        eprintln!("skipping: needs root (CAP_NET_ADMIN)");
+    if !root_or_skip("teardown_after_the_pod_link_is_gone") {
         return Ok(());
     }
-    let ns = TestNetns::new()?;
-    pod_interfaces(&ns)?;
+    let ns = Netns::new("launch-");
+    pod_interfaces(&ns);
     let mut backend = NetlinkBackend::open(ns.path())?;
     let plan = plan_wiring(&request(&mut backend, Binding::Bridge, "pod16477688c0e", 1)?)?;
     apply(&mut backend, &plan)?;
     // A persisted plan (the agent's cache) tears down after a restart just the same.
     let plan: weft_launcher::WiringPlan = serde_json::from_str(&serde_json::to_string(&plan)?)?;
-    ns.ip(&["link", "del", "wt-peer1"])?; // takes its peer, the renamed pod veth, with it
+    ns.ip(&["link", "del", "wt-peer1"]); // takes its peer, the renamed pod veth, with it
     teardown(&mut backend, &plan)?;
     for gone in [
         "k6t-16477688c0e",
@@ -366,10 +281,7 @@ fn teardown_after_the_pod_link_is_gone() -> Result<()> {
         "16477688c0e-nic",
         "pod16477688c0e",
     ] {
-        assert!(
-            ns.ip(&["link", "show", "dev", gone]).is_err(),
-            "{gone} left behind"
-        );
+        assert!(!ns.has_link(gone), "{gone} left behind");
     }
     Ok(())
 }
@@ -378,17 +290,16 @@ fn teardown_after_the_pod_link_is_gone() -> Result<()> {
 /// the full teardown of the persisted plan succeeds and restores the netns.
 #[test]
 fn teardown_after_a_crash_at_any_step() -> Result<()> {
-    if !is_root() {
-        eprintln!("skipping: needs root (CAP_NET_ADMIN)");
+    if !root_or_skip("teardown_after_a_crash_at_any_step") {
         return Ok(());
     }
     for (binding, pod_iface, index) in [
         (Binding::Bridge, "pod16477688c0e", 1),
         (Binding::Masquerade(NatOptions::default()), "eth0", 0),
     ] {
-        let ns = TestNetns::new()?;
-        pod_interfaces(&ns)?;
-        let before = ns.snapshot()?;
+        let ns = Netns::new("launch-");
+        pod_interfaces(&ns);
+        let before = snapshot(&ns);
         let mut backend = NetlinkBackend::open(ns.path())?;
         let plan = plan_wiring(&request(&mut backend, binding, pod_iface, index)?)?;
         for crashed_after in 0..=plan.steps.len() {
@@ -398,7 +309,7 @@ fn teardown_after_a_crash_at_any_step() -> Result<()> {
             teardown(&mut backend, &plan)
                 .with_context(|| format!("{pod_iface}: crash after {crashed_after} steps"))?;
             assert_eq!(
-                ns.snapshot()?,
+                snapshot(&ns),
                 before,
                 "{pod_iface}: crash after {crashed_after} steps"
             );

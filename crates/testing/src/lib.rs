@@ -5,16 +5,31 @@ pub mod agent;
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
-/// True when the test may create namespaces; otherwise says why it skips.
-pub fn can_run_root_test(name: &str) -> bool {
+/// True when the process runs as root (effective uid 0).
+pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// True when the test `name` runs as root and may create namespaces; otherwise says why it skips.
+pub fn root_or_skip(name: &str) -> bool {
+    if !is_root() {
         eprintln!("skipping {name}: needs root (CAP_NET_ADMIN)");
+        return false;
+    }
+    true
+}
+
+/// True when the test `name` may create namespaces and run busybox in them; otherwise says why it
+/// skips.
+pub fn can_run_root_test(name: &str) -> bool {
+    if !root_or_skip(name) {
         return false;
     }
     if Command::new("busybox").arg("true").output().is_err() {
@@ -34,6 +49,19 @@ pub fn run(args: &[&str]) -> Output {
         String::from_utf8_lossy(&output.stderr)
     );
     output
+}
+
+/// `ip -j ARGS...` parsed as JSON (an empty array when `ip` prints nothing); panics when it fails.
+pub fn ip_json(args: &[&str]) -> serde_json::Value {
+    let mut full = vec!["ip", "-j"];
+    full.extend_from_slice(args);
+    let output = run(&full);
+    let text = String::from_utf8_lossy(&output.stdout);
+    if text.trim().is_empty() {
+        serde_json::Value::Array(Vec::new())
+    } else {
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{full:?} printed no JSON ({e}): {text}"))
+    }
 }
 
 /// A network namespace named `wt-<tag><pid>-<n>`, deleted on drop.
@@ -56,6 +84,11 @@ impl Netns {
         netns
     }
 
+    /// Its bind mount, `/run/netns/<name>`.
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from("/run/netns").join(&self.name)
+    }
+
     /// `ip -n <name> ARGS...`
     pub fn ip(&self, args: &[&str]) -> Output {
         let mut full = vec!["ip", "-n", &self.name];
@@ -63,9 +96,49 @@ impl Netns {
         run(&full)
     }
 
+    /// `ip -j -n <name> ARGS...` parsed as JSON, as [`ip_json`].
+    pub fn ip_json(&self, args: &[&str]) -> serde_json::Value {
+        let mut full = vec!["-n", &self.name];
+        full.extend_from_slice(args);
+        ip_json(&full)
+    }
+
+    /// Creates a veth pair: `name` in this namespace, its peer `peer_name` in `peer`.
+    pub fn add_veth(&self, name: &str, peer: &Netns, peer_name: &str) {
+        self.ip(&[
+            "link", "add", name, "type", "veth", "peer", "name", peer_name, "netns", &peer.name,
+        ]);
+    }
+
+    /// Whether a link named `dev` exists in this namespace.
+    pub fn has_link(&self, dev: &str) -> bool {
+        Command::new("ip")
+            .args(["-n", &self.name, "link", "show", "dev", dev])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    }
+
+    /// The command `ip netns exec <name> ARGS...` (ARGS starting with the program), not yet run:
+    /// for a program in the background, on stdin, or allowed to fail.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.name]).args(args);
+        command
+    }
+
+    /// Runs ARGS (starting with the program) in this namespace, panicking with its output when
+    /// it fails; returns its stdout.
+    pub fn exec(&self, args: &[&str]) -> String {
+        let mut full = vec!["ip", "netns", "exec", &self.name];
+        full.extend_from_slice(args);
+        String::from_utf8_lossy(&run(&full).stdout).into_owned()
+    }
+
     /// Runs `f` on a short-lived thread that has entered this namespace.
     pub fn enter<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let file = File::open(format!("/run/netns/{}", self.name)).unwrap();
+        let file = File::open(self.path()).unwrap();
         std::thread::spawn(move || {
             // SAFETY: setns on this dedicated thread only; the fd is valid for the call.
             assert_eq!(

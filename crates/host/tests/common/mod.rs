@@ -1,25 +1,15 @@
-//! Shared helpers of the root tests: self-skipping, throwaway named
-//! namespaces, and `ip -j` as an independent oracle.
+//! Shared helpers of the root tests: throwaway named namespaces made through
+//! our API, and `ip -j` as an independent oracle. (Self-skipping when not
+//! root is `weft_testing::root_or_skip`.)
 
 #![allow(dead_code)]
 
-use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use weft_host::{Netlink, Netns};
 
 /// Prefix of every namespace these tests create: `wt-host-<pid>-<n>`.
 pub const PREFIX: &str = "wt-host-";
-
-/// True when the test can touch the kernel; prints why not otherwise.
-pub fn root_or_skip() -> bool {
-    if nix::unistd::geteuid().is_root() {
-        true
-    } else {
-        eprintln!("skipped: needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN)");
-        false
-    }
-}
 
 /// A named namespace that is deleted when dropped (also on panic).
 pub struct TestNs {
@@ -45,22 +35,9 @@ impl TestNs {
 
     /// `ip -j -n NAME ARGS...` parsed as JSON.
     pub fn ip_json(&self, args: &[&str]) -> serde_json::Value {
-        let output = Command::new("ip")
-            .args(["-j", "-n", &self.name])
-            .args(args)
-            .output()
-            .expect("run ip");
-        assert!(
-            output.status.success(),
-            "ip {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let text = String::from_utf8_lossy(&output.stdout);
-        if text.trim().is_empty() {
-            serde_json::Value::Array(Vec::new())
-        } else {
-            serde_json::from_str(&text).expect("ip -j output is JSON")
-        }
+        let mut full = vec!["-n", &self.name];
+        full.extend_from_slice(args);
+        weft_testing::ip_json(&full)
     }
 
     /// `ip -j -n NAME link show DEV` as one JSON object.
