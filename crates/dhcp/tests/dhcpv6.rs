@@ -6,7 +6,7 @@ use weft_testing as common;
 use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
 use std::time::{Duration, Instant};
 
-use common::{Netns, can_run_root_test, run};
+use common::{Netns, can_run_root_test};
 use dhcproto::Decodable;
 use dhcproto::v6::{DhcpOption, IANA, Message, MessageType, OptionCode};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -91,31 +91,12 @@ fn dhcpv6_client_gets_the_masquerade_address() {
     let guest = Netns::new("d6g");
     for netns in [&pod, &guest] {
         for scope in ["all", "default"] {
-            run(&[
-                "ip",
-                "netns",
-                "exec",
-                &netns.name,
-                "sysctl",
-                "-qw",
-                &format!("net.ipv6.conf.{scope}.accept_dad=0"),
-            ]);
+            netns.exec(&["sysctl", "-qw", &format!("net.ipv6.conf.{scope}.accept_dad=0")]);
         }
     }
     pod.ip(&["link", "add", "wt-br0", "type", "bridge"]);
     pod.ip(&["addr", "add", "fd10:0:2::1/120", "dev", "wt-br0"]);
-    pod.ip(&[
-        "link",
-        "add",
-        "wt-v0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        &guest.name,
-    ]);
+    pod.add_veth("wt-v0", &guest, "eth0");
     pod.ip(&["link", "set", "wt-v0", "master", "wt-br0", "up"]);
     pod.ip(&["link", "set", "wt-br0", "up"]);
     guest.ip(&["link", "set", "eth0", "up"]);

@@ -9,7 +9,6 @@ use weft_testing as common;
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::process::Command;
 
 use common::{Netns, can_run_root_test};
 use weft_dhcp::{ClasslessRoute, ServerConfig, bind_in_netns, bind_server_socket, spawn};
@@ -28,22 +27,9 @@ fn mac_bytes(mac: &str) -> [u8; 6] {
 
 /// A veth from bridge `bridge` in `pod` to `ifname` (with `mac`) in `guest`.
 fn plug(pod: &Netns, guest: &Netns, bridge: &str, host_side: &str, ifname: &str, mac: &str) {
-    pod.ip(&[
-        "link",
-        "add",
-        host_side,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        ifname,
-        "address",
-        mac,
-        "netns",
-        &guest.name,
-    ]);
+    pod.add_veth(host_side, guest, ifname);
     pod.ip(&["link", "set", host_side, "master", bridge, "up"]);
-    guest.ip(&["link", "set", ifname, "up"]);
+    guest.ip(&["link", "set", ifname, "address", mac, "up"]);
 }
 
 /// Runs udhcpc once on `ifname`; returns the env its script saw on `bound`, if it got a lease.
@@ -56,21 +42,8 @@ fn udhcpc(guest: &Netns, ifname: &str, dir: &Path, tries: &str) -> Option<BTreeM
     .unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let script = script.to_str().unwrap();
-    let _ = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &guest.name,
-            "busybox",
-            "udhcpc",
-            "-f",
-            "-q",
-            "-n",
-            "-t",
-            tries,
-            "-T",
-            "1",
-        ])
+    let _ = guest
+        .command(&["busybox", "udhcpc", "-f", "-q", "-n", "-t", tries, "-T", "1"])
         .args(["-i", ifname, "-s", script])
         .args([
             "-O",

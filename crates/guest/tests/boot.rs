@@ -5,7 +5,6 @@
 mod support;
 
 use std::net::Ipv4Addr;
-use std::process::Command;
 use std::time::Duration;
 
 use support::{boot_files_or_skip, bridge_with_tap, mac_bytes};
@@ -60,17 +59,8 @@ fn guest_leases_both_nics_from_weft_dhcp_and_pings_the_bridges() {
     std::fs::create_dir(&www).unwrap();
     std::fs::write(www.join("index.html"), "hello-from-launcher\n").unwrap();
     let _httpd = KillOnDrop(
-        Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &launcher.name,
-                "busybox",
-                "httpd",
-                "-f",
-                "-p",
-                "10.0.2.1:8080",
-            ])
+        launcher
+            .command(&["busybox", "httpd", "-f", "-p", "10.0.2.1:8080"])
             .arg("-h")
             .arg(&www)
             .spawn()
