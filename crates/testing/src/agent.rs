@@ -54,10 +54,17 @@ impl AgentProcess {
         Ok(agent)
     }
 
-    /// The variable the agent gives the delegates it runs: how a delegated `weft-ipam` (the
-    /// installed client) finds it.
+    /// The variables the agent gives the delegates it runs: how a delegated `weft-ipam` (the
+    /// installed client) finds it, and the agent's store as the default of calls naming none.
     pub fn delegate_env(&self) -> Vec<(String, String)> {
-        vec![("WEFT_IPAM_SOCKET".into(), self.socket.display().to_string())]
+        let store = std::fs::canonicalize(self.state.join("store.db")).unwrap_or_default();
+        vec![
+            ("WEFT_IPAM_SOCKET".into(), self.socket.display().to_string()),
+            (
+                "WEFT_IPAM_DEFAULT_STORE".into(),
+                format!("sqlite:{}", store.display()),
+            ),
+        ]
     }
 }
 

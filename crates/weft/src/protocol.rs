@@ -11,6 +11,9 @@ use weft_cni::{CniError, codes};
 
 /// Path of the CNI endpoint.
 pub const CNI_PATH: &str = "/cni";
+/// Set by the agent for its delegates: the agent's store (`cluster::store_identity`), the
+/// default of a `weft-ipam` call whose config names no store.
+pub const IPAM_DEFAULT_STORE_ENV: &str = "WEFT_IPAM_DEFAULT_STORE";
 /// Path of the single-attachment (hot-plug) endpoint.
 pub const DELEGATE_PATH: &str = "/delegate";
 /// Default socket of the node agent.

@@ -36,15 +36,20 @@ struct FakeCluster {
 }
 
 impl FakeCluster {
-    /// Serve the fake API on 127.0.0.1 inside `netns` (where the agent runs).
+    /// Serve the fake API (pods and NADs) on 127.0.0.1 inside `netns` (where the agent runs).
     fn start(netns: &Netns) -> Self {
+        Self::serving(netns, vec![pods(), nads()])
+    }
+
+    /// Serve the fake API for `types` on 127.0.0.1 inside `netns`.
+    fn serving(netns: &Netns, types: Vec<ResourceType>) -> Self {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap();
         let objects = MemoryStore::shared();
-        let api = FakeApiServer::new(objects.clone(), [pods(), nads()]);
+        let api = FakeApiServer::new(objects.clone(), types);
         let listener = netns.enter(|| std::net::TcpListener::bind("127.0.0.1:0").unwrap());
         let tcp = {
             let _entered = runtime.enter();
@@ -217,6 +222,18 @@ impl Drop for KubeAgent {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The agent's Prometheus metrics, from its Unix socket.
+fn agent_metrics(agent: &KubeAgent) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(agent.dir.path().join("weft.sock")).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: weft\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
 }
 
 /// The veth host ends left in a namespace.
@@ -487,4 +504,95 @@ fn assert_detached(node: &Netns, pod_ns: &Netns, agent: &KubeAgent) {
     assert!(veths(node).is_empty(), "host ends gone: {:?}", veths(node));
     assert!(agent.leases("hl-cluster").is_empty(), "cluster address released");
     assert!(agent.leases("hl-blue").is_empty(), "blue address released");
+}
+
+/// weft-ipam in a NAD that names no store, under an agent on Kubernetes: the delegate's
+/// weft-ipam (the installed client) hands the call to the agent, which allocates in the API
+/// server (an IPReservation recorded with the agent's node), so addresses are unique across
+/// nodes rather than per node; DEL frees it.
+#[test]
+fn weft_ipam_naming_no_store_allocates_in_the_api_server_through_the_agent() {
+    if !root_or_skip("weft_ipam_naming_no_store_allocates_in_the_api_server_through_the_agent") {
+        return;
+    }
+    let reservations = weft_ipam::IpReservation::resource_type();
+    let node = Netns::new("aki-node");
+    let cluster = FakeCluster::serving(
+        &node,
+        vec![
+            pods(),
+            nads(),
+            reservations.clone(),
+            weft_ipam::IpamClaim::resource_type(),
+        ],
+    );
+    let agent = KubeAgent::start(&node, &cluster);
+    let pod_ns = Netns::new("aki-pod");
+    let nad_config = json!({
+        "cniVersion": "1.0.0", "type": "bridge", "bridge": "br-ten",
+        "ipam": {"type": "weft-ipam", "range": "192.168.89.0/24"}
+    });
+    cluster.create(
+        &nads(),
+        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+               "metadata": {"name": "tenant", "namespace": "default"},
+               "spec": {"config": nad_config.to_string()}}),
+    );
+    cluster.create(
+        &pods(),
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "vm-pod", "namespace": "default", "uid": "uid-vm-pod",
+                            "annotations": {"k8s.v1.cni.cncf.io/networks": "tenant@net1"}},
+               "spec": {"nodeName": "n1"}}),
+    );
+    // Watch events travel over loopback in well under this.
+    std::thread::sleep(Duration::from_secs(1));
+
+    let add = agent.shim("ADD", &pod_ns, "default", "vm-pod");
+    assert!(
+        add.status.success(),
+        "ADD: {}\nagent log:\n{}",
+        text(&add),
+        agent.log()
+    );
+    let listed = |cluster: &FakeCluster| {
+        cluster
+            .runtime
+            .block_on(cluster.objects.list(&reservations, None, &Default::default()))
+            .unwrap()
+            .items
+    };
+    let held = listed(&cluster);
+    assert_eq!(held.len(), 1, "one reservation in the API server: {held:?}");
+    let reservation: weft_ipam::IpReservation =
+        serde_json::from_value(serde_json::to_value(&held[0]).unwrap()).unwrap();
+    assert_eq!(reservation.spec.node, "n1");
+    assert_eq!(reservation.spec.ifname, "net1");
+    let ip = reservation.spec.ip.expect("the reserved address").to_string();
+    assert!(ip.starts_with("192.168.89."), "{ip}");
+    let status = cluster
+        .pod("default", "vm-pod")
+        .unwrap()
+        .metadata
+        .annotation("k8s.v1.cni.cncf.io/network-status")
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        status.contains(&format!("\"{ip}\"")),
+        "network-status carries {ip}: {status}"
+    );
+    let metrics = agent_metrics(&agent);
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("weft_agent_cni_requests_total")
+                && l.contains("ipam-ADD")
+                && !l.ends_with(" 0")),
+        "the agent answered the weft-ipam call:\n{metrics}"
+    );
+
+    let del = agent.shim("DEL", &pod_ns, "default", "vm-pod");
+    assert!(del.status.success(), "DEL: {}\n{}", text(&del), agent.log());
+    assert_eq!(listed(&cluster), Vec::<Object>::new(), "DEL freed the address");
+    assert_eq!(pod_ns.links(), ["lo"]);
 }

@@ -73,6 +73,7 @@ impl Plugin {
             .env_remove("WEFT_STATE_DIR")
             .env_remove("WEFT_NODE_NAME")
             .env_remove("WEFT_IPAM_SOCKET")
+            .env_remove("WEFT_IPAM_DEFAULT_STORE")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -623,8 +624,9 @@ fn concurrent_first_open_survives_a_killed_creator() {
 /// Delegated `weft-ipam` processes (the installed static client) hand their calls to the node
 /// agent that serves their store: 48 at once get distinct addresses, recorded with the agent's
 /// node (the processes themselves have no node name), and the agent answers exactly what the
-/// full plugin would print. A config naming another store, or an agent that is gone, makes the
-/// client run the full plugin, which does the work itself on its config's store.
+/// full plugin would print. A config naming no store means the agent's. A config naming another
+/// store, or an agent that is gone, makes the client run the full plugin, which does the work
+/// itself on its config's store, or on the agent's store for a config naming none.
 #[test]
 fn delegated_processes_go_through_the_agent_serving_their_store() {
     let mut plugin = Plugin::new();
@@ -665,6 +667,26 @@ fn delegated_processes_go_through_the_agent_serving_their_store() {
         Reply::Error { code: 7, .. }
     ));
 
+    // No store named: the node's default, the agent's store (it announces it to delegates).
+    let mut unnamed = config.clone();
+    unnamed["ipam"].as_object_mut().unwrap().remove("stateDir");
+    let Reply::Ok(Some(unnamed_net)) = plugin.run("ADD", "unnamed-1", "", &unnamed) else {
+        panic!("ADD naming no store through the agent")
+    };
+    assert!(!addresses.contains(&unnamed_net));
+    let unnamed_rows: Vec<_> = listed_in(&plugin.state())
+        .into_iter()
+        .filter(|(_, c, _)| c == "unnamed-1")
+        .collect();
+    assert_eq!(
+        unnamed_rows,
+        [(
+            unnamed_net.addr(),
+            "unnamed-1".to_string(),
+            "agent-node".to_string()
+        )]
+    );
+
     // Another store named: the agent declines, the full plugin allocates from that store.
     let elsewhere = plugin.dir.path().join("elsewhere");
     let mut other_config = config.clone();
@@ -688,18 +710,26 @@ fn delegated_processes_go_through_the_agent_serving_their_store() {
         panic!("ADD without the agent: {fallback:?}")
     };
     assert!(!addresses.contains(&net), "{net} was already handed out");
+    // A config naming no store, the agent gone: the full plugin uses the store the agent
+    // announced, not some other default.
+    let Reply::Ok(Some(unnamed_fallback)) = plugin.run("ADD", "unnamed-2", "", &unnamed) else {
+        panic!("ADD naming no store without the agent")
+    };
     let rows = plugin.listed_with_node();
-    let fallback_rows: Vec<_> = rows
-        .iter()
-        .filter(|(_, c, _)| !c.starts_with("via-agent"))
+    let fallback_rows: BTreeSet<_> = rows
+        .into_iter()
+        .filter(|(_, c, _)| c == "fallback-1" || c == "unnamed-2")
         .collect();
     assert_eq!(
         fallback_rows,
-        vec![&(net.addr(), "fallback-1".to_string(), String::new())]
+        BTreeSet::from([
+            (net.addr(), "fallback-1".to_string(), String::new()),
+            (unnamed_fallback.addr(), "unnamed-2".to_string(), String::new()),
+        ])
     );
 
     let mut everyone = ids.clone();
-    everyone.push("fallback-1".to_string());
+    everyone.extend(["fallback-1", "unnamed-1", "unnamed-2"].map(String::from));
     for reply in all_at_once(&plugin, "DEL", &everyone, &config) {
         assert_eq!(reply, Reply::Ok(None));
     }

@@ -13,14 +13,16 @@ use weft_ipam_client::wire;
 
 use super::Agent;
 
-/// The variables the agent adds to every delegate's environment: the node name, and the socket
-/// through which a delegated `weft-ipam` reaches the agent (none when the agent's store cannot
-/// be named, so no call could be recognised as its own).
+/// The variables the agent adds to every delegate's environment: the node name, the socket
+/// through which a delegated `weft-ipam` reaches the agent, and the agent's store as the default
+/// of calls that name none (neither when the agent's store cannot be named, so no call could be
+/// recognised as its own).
 pub fn delegate_env(agent: &Agent) -> Vec<(String, String)> {
     let mut env = vec![("WEFT_NODE_NAME".to_string(), agent.args.node.clone())];
-    if agent.store_identity.is_some() {
+    if let Some(identity) = &agent.store_identity {
         let socket = std::path::absolute(&agent.args.socket).unwrap_or_else(|_| agent.args.socket.clone());
         env.push((weft_ipam_client::SOCKET_ENV.into(), socket.display().to_string()));
+        env.push((crate::protocol::IPAM_DEFAULT_STORE_ENV.into(), identity.clone()));
     }
     env
 }
@@ -55,8 +57,10 @@ pub async fn handle(agent: &Agent, body: &[u8]) -> (String, IpamAnswer) {
         Decoded::Answered(outcome) => return (verb, IpamAnswer::Answered(outcome)),
         Decoded::Request(request) => request,
     };
+    // A call that names no store means the node's default, which is the agent's store.
     let served = agent.store_identity.is_some()
-        && crate::ipam_plugin::store_identity(&request) == agent.store_identity;
+        && crate::ipam_plugin::named_store(request.config.ipam())
+            .is_none_or(|named| named.identity() == agent.store_identity);
     if !served {
         return (verb, IpamAnswer::NotServed);
     }
