@@ -191,14 +191,7 @@ impl KubeAgent {
     }
 
     fn shim(&self, command: &str, pod_ns: &Netns, namespace: &str, pod: &str) -> std::process::Output {
-        run_shim(
-            &self.bin.join("weft-cni"),
-            &self.conf,
-            command,
-            pod_ns,
-            namespace,
-            pod,
-        )
+        run_shim(&self.bin, &self.conf, command, pod_ns, namespace, pod)
     }
 
     /// Addresses host-local holds under `dir` (`<dir>/<network>/<address>`).

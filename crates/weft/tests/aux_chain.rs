@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::path::Path;
-
 use common::*;
 use serde_json::{Value, json};
 
@@ -23,10 +21,6 @@ ADD) printf '%s' "$input" | jq -c '.prevResult' ;;
 esac
 exit 0
 "#;
-
-fn shim(bin: &Path, conf: &Value, command: &str, pod_ns: &Netns) -> std::process::Output {
-    run_shim(&bin.join("weft-cni"), conf, command, pod_ns, "default", "aux")
-}
 
 #[test]
 fn shim_agent_auxiliary_chain_runs_after_the_pod_networks_and_is_torn_down() {
@@ -61,7 +55,7 @@ spec: {nodeName: n1}
     let conf = shim_config(state, &conf_dir, json!({"auxiliaryCNIChainName": "vendor-chain"}));
     let pod = Netns::new("aux-pod");
 
-    let add = shim(&bin, &conf, "ADD", &pod);
+    let add = run_shim(&bin, &conf, "ADD", &pod, "default", "aux");
     assert!(
         add.status.success(),
         "ADD failed: {}\nagent log:\n{}",
@@ -85,7 +79,7 @@ spec: {nodeName: n1}
     );
     assert_eq!(std::fs::read_to_string(calls.join("ADD.ifname")).unwrap(), "net1");
 
-    let del = shim(&bin, &conf, "DEL", &pod);
+    let del = run_shim(&bin, &conf, "DEL", &pod, "default", "aux");
     assert!(del.status.success(), "DEL failed: {}\n{}", text(&del), log());
     assert_eq!(std::fs::read_to_string(calls.join("DEL.ifname")).unwrap(), "net1");
 }

@@ -159,21 +159,18 @@ impl Drop for Netns {
 /// The container id the runtime passes in [`run_shim`].
 pub const CONTAINER_ID: &str = "c0ffee0000000000000000000000000000000000000000000000000000000001";
 
-/// Exec the shim (`weft-cni`) as a runtime does: `command` for pod `namespace/pod` in `pod_ns`,
-/// eth0, the config on stdin.
+/// Exec the shim (`<bin>/weft-cni`, as [`install_plugins`] puts it) as a runtime does: `command`
+/// for pod `namespace/pod` in `pod_ns`, eth0, the config on stdin, `bin` first on CNI_PATH.
 pub fn run_shim(
-    shim: &Path,
+    bin: &Path,
     conf: &serde_json::Value,
     command: &str,
     pod_ns: &Netns,
     namespace: &str,
     pod: &str,
 ) -> Output {
-    let cni_path = format!(
-        "{}:/usr/lib/cni",
-        shim.parent().unwrap_or(Path::new("/")).display()
-    );
-    let mut child = Command::new(shim)
+    let cni_path = format!("{}:/usr/lib/cni", bin.display());
+    let mut child = Command::new(bin.join("weft-cni"))
         .env_clear()
         .env("CNI_COMMAND", command)
         .env("CNI_CONTAINERID", CONTAINER_ID)

@@ -40,10 +40,6 @@ fn pod_uid(state: &Path, name: &str) -> String {
     pod["metadata"]["uid"].as_str().expect("pod uid").to_owned()
 }
 
-fn shim(bin: &Path, conf: &Value, command: &str, pod_ns: &Netns) -> std::process::Output {
-    run_shim(&bin.join("weft-cni"), conf, command, pod_ns, "default", "dev")
-}
-
 #[test]
 fn shim_agent_resource_device_reaches_the_delegate_and_device_info_the_status() {
     if !root_or_skip("shim_agent_resource_device_reaches_the_delegate_and_device_info_the_status") {
@@ -110,7 +106,7 @@ spec: {nodeName: n1}
     );
     let pod = Netns::new("dev-pod");
 
-    let add = shim(&bin, &conf, "ADD", &pod);
+    let add = run_shim(&bin, &conf, "ADD", &pod, "default", "dev");
     assert!(
         add.status.success(),
         "ADD failed: {}\nagent log:\n{}",
@@ -146,7 +142,7 @@ spec: {nodeName: n1}
     );
     assert!(status[0].get("device-info").is_none(), "{status}");
 
-    let del = shim(&bin, &conf, "DEL", &pod);
+    let del = run_shim(&bin, &conf, "DEL", &pod, "default", "dev");
     assert!(del.status.success(), "DEL failed: {}\n{}", text(&del), log());
     let del_seen: Value = serde_json::from_slice(&std::fs::read(calls.join("DEL.json")).unwrap()).unwrap();
     assert_eq!(

@@ -86,14 +86,7 @@ impl Node {
     }
 
     fn shim(&self, command: &str, pod_ns: &Netns, namespace: &str, pod: &str) -> std::process::Output {
-        run_shim(
-            &self.bin.join("weft-cni"),
-            &self.conf,
-            command,
-            pod_ns,
-            namespace,
-            pod,
-        )
+        run_shim(&self.bin, &self.conf, command, pod_ns, namespace, pod)
     }
 }
 
