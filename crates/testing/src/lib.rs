@@ -110,6 +110,22 @@ impl Netns {
         ]);
     }
 
+    /// `ip -j -d link` inside: every link, with details.
+    pub fn link_details(&self) -> Vec<serde_json::Value> {
+        self.ip_json(&["-d", "link"])
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Names of the links inside.
+    pub fn links(&self) -> Vec<String> {
+        self.link_details()
+            .iter()
+            .filter_map(|l| l["ifname"].as_str().map(String::from))
+            .collect()
+    }
+
     /// Whether a link named `dev` exists in this namespace.
     pub fn has_link(&self, dev: &str) -> bool {
         Command::new("ip")

@@ -10,7 +10,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -138,9 +138,7 @@ impl KubeAgent {
 
     /// `weft agent` on `state`'s kubeconfig, conf dir, cache dir and plugins, in `node`.
     fn spawn(node: &Netns, state: &Path) -> Child {
-        Command::new("ip")
-            .args(["netns", "exec", &node.0])
-            .arg(weft_bin())
+        node.command(&[weft_bin().to_str().unwrap()])
             .arg("--kubeconfig")
             .arg(state.join("kubeconfig"))
             .arg("--state-dir")

@@ -4,7 +4,6 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// True when running as root; otherwise prints why the test is skipped.
 pub fn root_or_skip(test: &str) -> bool {
@@ -82,79 +81,7 @@ pub fn host_snapshot() -> String {
     )
 }
 
-static NETNS_COUNTER: AtomicUsize = AtomicUsize::new(0);
-
-/// A network namespace `wt-<tag>-<pid>-<n>` with loopback up, deleted on drop.
-pub struct Netns(pub String);
-
-impl Netns {
-    /// Create it (a leftover of the same name is removed first).
-    pub fn new(tag: &str) -> Self {
-        let name = format!(
-            "wt-{tag}-{}-{}",
-            std::process::id(),
-            NETNS_COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
-        let _ = Command::new("ip")
-            .args(["netns", "del", &name])
-            .stderr(Stdio::null())
-            .status();
-        assert!(
-            Command::new("ip")
-                .args(["netns", "add", &name])
-                .status()
-                .unwrap()
-                .success()
-        );
-        let _ = Command::new("ip")
-            .args(["netns", "exec", &name, "ip", "link", "set", "lo", "up"])
-            .status();
-        Self(name)
-    }
-
-    /// Run a command inside; its stdout.
-    pub fn exec(&self, args: &[&str]) -> String {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.0])
-            .args(args)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// `ip -j link` inside, as JSON objects.
-    pub fn link_details(&self) -> Vec<serde_json::Value> {
-        let json: serde_json::Value =
-            serde_json::from_str(&self.exec(&["ip", "-j", "-d", "link"])).unwrap_or_default();
-        json.as_array().cloned().unwrap_or_default()
-    }
-
-    /// Names of the links inside.
-    pub fn links(&self) -> Vec<String> {
-        self.link_details()
-            .iter()
-            .filter_map(|l| l["ifname"].as_str().map(String::from))
-            .collect()
-    }
-
-    /// Run `f` on a short-lived OS thread that entered this namespace (sockets made there
-    /// stay in it).
-    pub fn enter<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let file = std::fs::File::open(format!("/run/netns/{}", self.0)).unwrap();
-        std::thread::spawn(move || {
-            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-            f()
-        })
-        .join()
-        .unwrap()
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
+pub use weft_testing::Netns;
 
 /// The container id the runtime passes in [`run_shim`].
 pub const CONTAINER_ID: &str = "c0ffee0000000000000000000000000000000000000000000000000000000001";
@@ -174,7 +101,7 @@ pub fn run_shim(
         .env_clear()
         .env("CNI_COMMAND", command)
         .env("CNI_CONTAINERID", CONTAINER_ID)
-        .env("CNI_NETNS", format!("/run/netns/{}", pod_ns.0))
+        .env("CNI_NETNS", pod_ns.path())
         .env("CNI_IFNAME", "eth0")
         .env(
             "CNI_ARGS",
@@ -210,9 +137,8 @@ impl Drop for KillOnDrop {
 /// `<state>/agent.log`, plus `extra` arguments. Returns once the socket exists (or after 10 s).
 pub fn start_agent(node: &Netns, state: &Path, conf_dir: &Path, bin: &Path, extra: &[&str]) -> KillOnDrop {
     let socket = state.join("weft.sock");
-    let agent = Command::new("ip")
-        .args(["netns", "exec", &node.0])
-        .arg(weft_bin())
+    let agent = node
+        .command(&[weft_bin().to_str().unwrap()])
         .arg("--state-dir")
         .arg(state)
         .args(["agent", "--node", "n1"])

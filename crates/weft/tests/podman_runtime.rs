@@ -39,43 +39,18 @@ fn prerequisites_or_skip(test: &str) -> bool {
     true
 }
 
-/// A network namespace the test owns (the "node" podman and the agent run in).
-struct Netns(String);
-impl Netns {
-    fn new(tag: &str) -> Self {
-        let name = format!("wt-{tag}-{}", std::process::id());
-        let _ = Command::new("ip")
-            .args(["netns", "del", &name])
-            .stderr(Stdio::null())
-            .status();
-        let added = Command::new("ip").args(["netns", "add", &name]).status();
-        assert!(added.is_ok_and(|s| s.success()), "ip netns add {name}");
-        let _ = Command::new("ip")
-            .args(["-n", &name, "link", "set", "lo", "up"])
-            .status();
-        Self(name)
-    }
-    fn path(&self) -> String {
-        format!("/run/netns/{}", self.0)
-    }
-    /// Names of the links enslaved to `bridge` in this namespace.
-    fn bridge_ports(&self, bridge: &str) -> Vec<String> {
-        let out = Command::new("ip")
-            .args(["-n", &self.0, "-j", "link", "show", "master", bridge])
-            .output()
-            .expect("ip link show master");
-        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        json.as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|l| l["ifname"].as_str().map(String::from))
-            .collect()
-    }
-}
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
+/// Names of the links enslaved to `bridge` in `netns` (none when the bridge is gone).
+fn bridge_ports(netns: &Netns, bridge: &str) -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["-n", &netns.name, "-j", "link", "show", "master", bridge])
+        .output()
+        .expect("ip link show master");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    json.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l["ifname"].as_str().map(String::from))
+        .collect()
 }
 
 /// The agent process; killed on drop.
@@ -317,9 +292,7 @@ spec:
         let socket = state.join("weft.sock");
         let agent_log = state.join("agent.log");
         let agent = Agent(
-            Command::new("ip")
-                .args(["netns", "exec", &node.0])
-                .arg(weft_bin())
+            node.command(&[weft_bin().to_str().unwrap()])
                 .arg("--state-dir")
                 .arg(&state)
                 .args(["agent", "--node", "n1"])
@@ -345,7 +318,7 @@ spec:
         assert!(socket.exists(), "agent socket never appeared");
         let podman = Podman {
             work: state.clone(),
-            node_netns: node.path(),
+            node_netns: node.path().display().to_string(),
             network: network.clone(),
         };
         Self {
@@ -383,7 +356,7 @@ spec:
     fn assert_nothing_held(&self, when: &str) {
         for bridge in ["br-blue", "br-green", "cni0"] {
             assert_eq!(
-                self.node.bridge_ports(bridge),
+                bridge_ports(&self.node, bridge),
                 Vec::<String>::new(),
                 "{when}: veth left on {bridge}\nagent log:\n{}",
                 self.agent_log()
@@ -487,7 +460,7 @@ fn podman_container_gets_cluster_and_two_nad_networks_and_loses_them_on_rm() {
     assert!(held.contains(ip_of(&blue0)), "{held}");
     assert!(f.green_dir.join("green").join(ip_of(&green0)).exists());
     for bridge in ["br-blue", "br-green", "cni0"] {
-        assert_eq!(f.node.bridge_ports(bridge).len(), 1, "one veth on {bridge}");
+        assert_eq!(bridge_ports(&f.node, bridge).len(), 1, "one veth on {bridge}");
     }
 
     // Removal: podman calls DEL; every attachment and reservation goes.

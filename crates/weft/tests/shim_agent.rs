@@ -53,7 +53,7 @@ impl Node {
             dir,
             bin,
             conf,
-            node_netns: node.0.clone(),
+            node_netns: node.name.clone(),
             _node: node,
         }
     }
