@@ -191,29 +191,136 @@ pub fn status_after_remove(
         .collect()
 }
 
-/// The controller's reconcile: elements to add (annotation order) and status entries to
-/// remove, keyed `<ns>/<name>/<interface>`. Entries marked `default` are never removed, nor
-/// are entries whose name has no `/` (file-based networks: the controller would remove
-/// those — docs/compat.md).
+/// What ADD attached to a pod besides its networks annotation, so that hot-plug leaves it
+/// alone and names unnamed selections as ADD did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HotplugScope {
+    /// The index ADD gives the pod's first annotation network in its delegate list (after the
+    /// cluster network and `defaultNetworks`, or the inline delegates): an unnamed selection
+    /// at annotation position `j` was attached as `net<first_index + j>` (Multus `getIfname`).
+    pub first_index: usize,
+    /// `<ns>/<name>` of the NAD-backed `defaultNetworks` ADD attached before the annotation's
+    /// networks; the first status entry of each is never unplugged (file-based ones have no
+    /// `/` and are left alone anyway).
+    pub static_networks: Vec<String>,
+}
+
+impl HotplugScope {
+    /// The scope of a pod in `pod_namespace` under `config`.
+    pub fn new(config: &MetaConfig, pod_namespace: &str) -> Self {
+        if config.cluster_network.is_empty() {
+            return Self {
+                first_index: config.delegates.len(),
+                static_networks: Vec::new(),
+            };
+        }
+        if config.is_system_namespace(pod_namespace) {
+            return Self {
+                first_index: 1,
+                static_networks: Vec::new(),
+            };
+        }
+        Self {
+            first_index: 1 + config.default_networks.len(),
+            static_networks: config
+                .default_networks
+                .iter()
+                .filter(|v| !v.contains('/'))
+                .map(|v| format!("{}/{v}", config.multus_namespace))
+                .collect(),
+        }
+    }
+}
+
+/// The controller's reconcile: elements to add (annotation order, each with the interface it
+/// will get) and status entries to remove, keyed `<ns>/<name>/<interface>`. Entries marked
+/// `default` are never removed, nor are entries whose name has no `/` (file-based networks:
+/// the controller would remove those — docs/compat.md).
+///
+/// Selections match attachments the way ADD named them: an element with an interface matches
+/// the entry of that network and interface; an element without one (the short form `a,b`, or
+/// JSON without `interface`) matches the first entry of the same network that no other
+/// element claimed, preferring the one named `net<first_index + position>` as ADD named it.
+/// An unnamed element left over is a hot-plug and gets that same name when it is free, else
+/// the lowest free `net<N>`.
 pub fn hotplug_diff(
     desired: &[NetworkSelectionElement],
     status: &[NetworkStatus],
+    scope: &HotplugScope,
 ) -> (Vec<NetworkSelectionElement>, Vec<NetworkSelectionElement>) {
-    let element_key = |e: &NetworkSelectionElement| format!("{}/{}/{}", e.namespace, e.name, e.interface);
-    let status_key = |s: &NetworkStatus| format!("{}/{}", s.name, s.interface);
+    let first_index = scope.first_index;
+    let network = |e: &NetworkSelectionElement| format!("{}/{}", e.namespace, e.name);
+    let mut statics: Vec<&str> = scope.static_networks.iter().map(String::as_str).collect();
     let current: Vec<&NetworkStatus> = status
         .iter()
         .filter(|s| !s.default && s.name.contains('/'))
+        .filter(|s| match statics.iter().position(|n| *n == s.name) {
+            Some(i) => {
+                statics.remove(i);
+                false
+            }
+            None => true,
+        })
         .collect();
-    let to_add = desired
+    let mut claimed = vec![false; current.len()];
+    let mut matched = vec![false; desired.len()];
+    // Named elements first, so a short-form element never takes an interface another element
+    // names explicitly.
+    for (j, e) in desired
         .iter()
-        .filter(|e| !current.iter().any(|s| status_key(s) == element_key(e)))
-        .cloned()
-        .collect();
+        .enumerate()
+        .filter(|(_, e)| !e.interface.is_empty())
+    {
+        if let Some(k) = (0..current.len())
+            .find(|&k| !claimed[k] && current[k].name == network(e) && current[k].interface == e.interface)
+        {
+            claimed[k] = true;
+            matched[j] = true;
+        }
+    }
+    for (j, e) in desired.iter().enumerate().filter(|(_, e)| e.interface.is_empty()) {
+        let add_name = format!("net{}", first_index + j);
+        let same_network = |k: &usize| !claimed[*k] && current[*k].name == network(e);
+        let found = (0..current.len())
+            .filter(same_network)
+            .find(|&k| current[k].interface == add_name)
+            .or_else(|| (0..current.len()).find(same_network));
+        if let Some(k) = found {
+            claimed[k] = true;
+            matched[j] = true;
+        }
+    }
+    let mut in_use: Vec<String> = status.iter().map(|s| s.interface.clone()).collect();
+    in_use.extend(
+        desired
+            .iter()
+            .map(|e| e.interface.clone())
+            .filter(|i| !i.is_empty()),
+    );
+    let mut to_add = Vec::new();
+    for (j, e) in desired.iter().enumerate() {
+        if matched[j] {
+            continue;
+        }
+        let mut element = e.clone();
+        if element.interface.is_empty() {
+            let add_name = format!("net{}", first_index + j);
+            element.interface = match in_use.contains(&add_name) {
+                false => add_name,
+                true => (1..)
+                    .map(|n| format!("net{n}"))
+                    .find(|n| !in_use.contains(n))
+                    .unwrap_or_default(),
+            };
+            in_use.push(element.interface.clone());
+        }
+        to_add.push(element);
+    }
     let to_remove = current
         .iter()
-        .filter(|s| !desired.iter().any(|e| element_key(e) == status_key(s)))
-        .map(|s| {
+        .zip(&claimed)
+        .filter(|(_, claimed)| !**claimed)
+        .map(|(s, _)| {
             let (namespace, name) = s.name.split_once('/').unwrap_or(("", &s.name));
             NetworkSelectionElement {
                 namespace: namespace.into(),
@@ -225,3 +332,6 @@ pub fn hotplug_diff(
         .collect();
     (to_add, to_remove)
 }
+
+#[cfg(test)]
+mod tests;

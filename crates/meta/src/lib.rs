@@ -33,7 +33,9 @@ pub use devices::{
 pub use executor::{AddOutcome, Executor, ExecutorError, NoRouteEditor, RouteEditor};
 pub use flow::{AddDecision, AddError, DelPlan, PodLookup, decide_add, decide_del_plan, plan_error_code};
 pub use gateway::{DefaultRoutePlan, GatewayError, RouteAction, apply_route_action, plan_default_routes};
-pub use hotplug::{HotplugError, hotplug_diff, plan_hotplug_add, status_after_add, status_after_remove};
+pub use hotplug::{
+    HotplugError, HotplugScope, hotplug_diff, plan_hotplug_add, status_after_add, status_after_remove,
+};
 pub use isolation::{IsolationError, check_isolation};
 pub use plan::{
     AttachmentRequest, AttachmentRequests, DelegatePlan, PlanError, Pod, merge_cni_args, plan_add,

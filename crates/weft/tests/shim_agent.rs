@@ -343,6 +343,69 @@ spec:
     assert_eq!(pod.links(), vec!["lo".to_string()]);
 }
 
+/// Selections without interface names (the short form `a,b`, JSON without `interface`, and
+/// both mixed with named ones) match the attachments ADD named `net<N>`: nothing is re-plugged
+/// or unplugged, the agent logs no hot-plug failure, and real changes still apply.
+#[test]
+fn shim_agent_hotplug_matches_selections_without_interface_names() {
+    if !root_or_skip("shim_agent_hotplug_matches_selections_without_interface_names") {
+        return;
+    }
+    let nad = |name: &str, octet: u8| {
+        format!(
+            "---\napiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  config: '{{\"cniVersion\":\"1.0.0\",\"type\":\"bridge\",\"bridge\":\"br-{name}\",\"ipam\":{{\"type\":\"static\",\"addresses\":[{{\"address\":\"192.168.{octet}.5/24\"}}]}}}}'\n"
+        )
+    };
+    let manifests =
+        nad("green", 81) + &nad("red", 82) + &nad("gold", 83) + &pod_manifest("default", "web", "green,red");
+    let node = Node::start("hpn", &manifests, serde_json::json!({}));
+    let pod = Netns::new("hpn-pod");
+    let add = node.shim("ADD", &pod, "default", "web");
+    assert!(add.status.success(), "ADD failed: {}\n{}", text(&add), node.log());
+    let wait_links = |want: &[&str]| {
+        let mut want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+        want.sort();
+        eventually(&format!("links {want:?}"), || {
+            let mut links = pod.links();
+            links.sort();
+            (links == want).then_some(())
+        });
+    };
+    wait_links(&["lo", "eth0", "net1", "net2"]);
+    let apply = |networks: &str| {
+        let file = node.state().join("pod.yaml");
+        std::fs::write(&file, pod_manifest("default", "web", networks)).unwrap();
+        let applied = weft(node.state(), &["apply", "-f", file.to_str().unwrap()]);
+        assert!(applied.status.success(), "{}", text(&applied));
+    };
+    // JSON without interfaces, plus a named one: only gold0 is new.
+    apply(r#"'[{"name":"green"},{"name":"red","namespace":"default"},{"name":"gold","interface":"gold0"}]'"#);
+    wait_links(&["lo", "eth0", "net1", "net2", "gold0"]);
+    // Mixed short form: red leaves (net2 goes), the others stay where ADD put them.
+    apply("green,gold@gold0");
+    wait_links(&["lo", "eth0", "net1", "gold0"]);
+    // An unnamed network hot-plugged at position 3 gets net3, as ADD would have named it.
+    apply("green,gold@gold0,red");
+    wait_links(&["lo", "eth0", "net1", "gold0", "net3"]);
+    eventually("net3 in network-status", || {
+        let status = weft(node.state(), &["net", "status", "web"]);
+        let status: serde_json::Value = serde_json::from_slice(&status.stdout).ok()?;
+        status
+            .as_array()?
+            .iter()
+            .any(|s| s["name"] == "default/red" && s["interface"] == "net3" && s["ips"][0] == "192.168.82.5")
+            .then_some(())
+    });
+    let log = node.log();
+    assert!(
+        !log.contains("dynamic networks"),
+        "the agent logged hot-plug failures:\n{log}"
+    );
+    let del = node.shim("DEL", &pod, "default", "web");
+    assert!(del.status.success(), "DEL failed: {}\n{}", text(&del), node.log());
+    assert_eq!(pod.links(), vec!["lo".to_string()]);
+}
+
 #[test]
 fn shim_agent_default_route_moves_to_the_requested_network() {
     if !root_or_skip("shim_agent_default_route_moves_to_the_requested_network") {

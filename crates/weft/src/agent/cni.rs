@@ -448,7 +448,8 @@ pub async fn reconcile_pod_networks(
             .annotation(weft_netconf::NETWORK_STATUS_ANNOTATION)
             .unwrap_or(""),
     );
-    let (to_add, to_remove) = weft_meta::hotplug_diff(&desired, &statuses);
+    let scope = weft_meta::HotplugScope::new(&config, &namespace);
+    let (to_add, to_remove) = weft_meta::hotplug_diff(&desired, &statuses, &scope);
     if to_add.is_empty() && to_remove.is_empty() {
         return Ok(0);
     }
