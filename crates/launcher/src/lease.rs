@@ -10,14 +10,6 @@ use crate::addressing::MasqueradePair;
 use crate::mac::{MASQUERADE_BRIDGE_MAC, MacAddress};
 use crate::pod_link::PodRoute;
 
-/// Errors computing a guest lease.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LeaseError {
-    /// The bridge binding needs an IPv4 route through the pod interface to find the gateway.
-    #[error("no gateway address found in routes for {0}")]
-    NoGateway(String),
-}
-
 /// The lease of one guest NIC: DHCPv4 and/or DHCPv6.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -71,18 +63,20 @@ pub struct LeaseV6 {
 /// The bridge binding lease: the pod interface's IPv4 moves to the guest. `None` when the pod
 /// interface has no global IPv4 (KubeVirt's "IPAM disabled": no DHCP server at all).
 /// The router is the next hop of the first IPv4 route; the routes are all IPv4 routes except
-/// the one to the address's own subnet.
+/// the one to the address's own subnet. With no IPv4 route at all (a NAD whose IPAM has a
+/// range but no `routes`, with or without a `gateway`) the lease has no router option and no
+/// routes: the guest reaches its own subnet only. KubeVirt fails the whole setup there
+/// ("no gateway address found in routes", kubevirt #5762; docs/compat.md).
 pub fn bridge_lease(
     bridge: &str,
     server_ip: Ipv4Addr,
     guest_mac: MacAddress,
     pod_ipv4: Option<IpNet>,
     pod_routes: &[PodRoute],
-    pod_iface: &str,
     mtu: u16,
-) -> Result<Option<GuestLease>, LeaseError> {
+) -> Option<GuestLease> {
     let Some(IpNet::V4(address)) = pod_ipv4 else {
-        return Ok(None);
+        return None;
     };
     let ipv4_routes: Vec<GuestRoute> = pod_routes
         .iter()
@@ -98,16 +92,13 @@ pub fn bridge_lease(
             _ => None,
         })
         .collect();
-    let Some(first) = ipv4_routes.first() else {
-        return Err(LeaseError::NoGateway(pod_iface.to_string()));
-    };
-    let router = first.gateway;
+    let router = ipv4_routes.first().and_then(|r| r.gateway);
     let own_subnet = address.trunc();
     let routes = ipv4_routes
         .into_iter()
         .filter(|r| r.destination != own_subnet)
         .collect();
-    Ok(Some(GuestLease {
+    Some(GuestLease {
         server_interface: bridge.to_string(),
         client_mac: Some(guest_mac),
         mtu,
@@ -118,7 +109,7 @@ pub fn bridge_lease(
             routes,
         }),
         ipv6: None,
-    }))
+    })
 }
 
 /// The masquerade lease: the guest gets the VM network's guest address, the gateway is the

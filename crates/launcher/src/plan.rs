@@ -8,7 +8,7 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 
 use crate::addressing::{AddressingError, MasqueradePair, VmNetworkCidrs};
-use crate::lease::{GuestLease, LeaseError, bridge_lease, masquerade_lease};
+use crate::lease::{GuestLease, bridge_lease, masquerade_lease};
 use crate::mac::{MASQUERADE_BRIDGE_MAC, MacAddress};
 use crate::names::{LinkNames, fake_bridge_ip, is_valid_link_name};
 use crate::nft::{NatAddresses, NatInput, NatOptions, masquerade_rules};
@@ -144,9 +144,6 @@ pub enum PlanError {
     /// Masquerade addressing failed.
     #[error(transparent)]
     Addressing(#[from] AddressingError),
-    /// The bridge lease cannot be computed.
-    #[error(transparent)]
-    Lease(#[from] LeaseError),
 }
 
 /// Plan the wiring of one guest NIC.
@@ -321,9 +318,8 @@ fn plan_bridge(request: &WiringRequest, names: LinkNames, dhcp: bool) -> Result<
             guest_mac,
             pod_ipv4,
             &link.routes,
-            &request.pod_iface,
             mtu16(link.mtu),
-        )?,
+        ),
         None => None,
     };
     Ok(WiringPlan {
@@ -496,13 +492,22 @@ mod tests {
         assert_eq!(plan.names.tap, "tap16477688c0e");
     }
 
+    /// KubeVirt fails here (kubevirt #5762); weft serves the address with no router option.
     #[test]
-    fn bridge_with_ipv4_and_no_route_fails_naming_the_interface() {
-        let err = plan_wiring(&bridge_request(link(&["10.1.0.5/24"], &[]), 0)).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "no gateway address found in routes for pod16477688c0e"
-        );
+    fn bridge_with_ipv4_and_no_route_leases_without_a_router() {
+        let plan = plan_wiring(&bridge_request(link(&["10.1.0.5/24"], &[]), 0)).unwrap();
+        let v4 = plan.lease.unwrap().ipv4.unwrap();
+        assert_eq!(v4.address.to_string(), "10.1.0.5/24");
+        assert_eq!(v4.router, None);
+        assert!(v4.routes.is_empty());
+        // Only the subnet route (on-link): still no router, nothing else to route.
+        let plan = plan_wiring(&bridge_request(
+            link(&["10.1.0.5/24"], &[("10.1.0.0/24", None)]),
+            0,
+        ))
+        .unwrap();
+        let v4 = plan.lease.unwrap().ipv4.unwrap();
+        assert_eq!((v4.router, v4.routes.len()), (None, 0));
     }
 
     #[test]

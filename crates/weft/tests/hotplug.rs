@@ -2,7 +2,9 @@
 //! template change reaches the VMI, the launcher pod's networks annotation, the pod's
 //! interfaces (the agent's dynamic-networks role through weft-meta), network-status and the
 //! VMI's status.interfaces, the guest (the NIC is attached to the running QEMU and leased by
-//! the guest's DHCP client) — and back out with `state: absent`.
+//! the guest's DHCP client) — and back out with `state: absent`. The hot-plugged networks have
+//! no `routes` (one with a `gateway`, one without): KubeVirt fails their setup (kubevirt #5762),
+//! weft leases them without a router option, on hot-plug and when the VM boots with them.
 
 mod common;
 
@@ -40,18 +42,85 @@ fn statuses(pod: &serde_json::Value) -> Vec<serde_json::Value> {
     serde_json::from_str(raw).unwrap_or_default()
 }
 
+/// Two NADs with a weft-ipam range and no `routes`: one with a `gateway`, one without.
+const ROUTELESS_NADS: &str = r#"
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata: {name: plain-gw, namespace: default}
+spec:
+  config: '{"cniVersion":"1.0.0","name":"plain-gw","type":"bridge","bridge":"br-plaingw","ipam":{"type":"weft-ipam","range":"192.168.101.0/24","gateway":"192.168.101.1"}}'
+---
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata: {name: plain, namespace: default}
+spec:
+  config: '{"cniVersion":"1.0.0","name":"plain","type":"bridge","bridge":"br-plain","ipam":{"type":"weft-ipam","range":"192.168.102.0/24"}}'
+"#;
+
+/// The guest's `WEFT-LEASE` lines (its DHCP client's report on the serial console) for
+/// addresses starting with `prefix`, from every serial log of the cluster.
+fn guest_leases(state: &Path, prefix: &str) -> Vec<String> {
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.to_string_lossy().ends_with(".serial.log") {
+                out.push(path);
+            }
+        }
+    }
+    let mut logs = Vec::new();
+    walk(state, &mut logs);
+    logs.iter()
+        .flat_map(|log| {
+            String::from_utf8_lossy(&std::fs::read(log).unwrap_or_default())
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .filter(|l| {
+            l.contains("WEFT-LEASE ")
+                && l.split_whitespace()
+                    .nth(2)
+                    .is_some_and(|ip| ip.starts_with(prefix))
+        })
+        .collect()
+}
+
+/// The VMI's status entry for `name` once the guest reports an address starting with `prefix`.
+fn leased_nic(state: &Path, name: &str, prefix: &str) -> serde_json::Value {
+    wait(&format!("{name} leased inside the guest"), || {
+        let vmi = json(state, &["get", "vmi", "vm1", "-o", "json"]);
+        let nic = vmi["status"]["interfaces"]
+            .as_array()?
+            .iter()
+            .find(|i| i["name"] == name)?
+            .clone();
+        let sources = nic["infoSource"].as_str().unwrap_or("");
+        (sources.contains("domain")
+            && sources.contains("guest-agent")
+            && nic["ipAddress"].as_str().is_some_and(|ip| ip.starts_with(prefix)))
+        .then_some(nic)
+    })
+}
+
 fn run(state: &Path) {
     let up = weft(state, &["up", "--timeout", "120"]);
     assert!(up.status.success(), "{}", text(&up));
+    let nads = state.join("routeless-nads.yaml");
+    std::fs::write(&nads, ROUTELESS_NADS).unwrap();
+    let applied = weft(state, &["apply", "-f", nads.to_str().unwrap()]);
+    assert!(applied.status.success(), "{}", text(&applied));
     let vm = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/vm.yaml")).unwrap();
     let plugged = vm
         .replace(
             "              macAddress: \"02:00:00:0a:00:01\"\n",
-            "              macAddress: \"02:00:00:0a:00:01\"\n            - name: storage\n              bridge: {}\n",
+            "              macAddress: \"02:00:00:0a:00:01\"\n            - name: storage\n              bridge: {}\n            - name: backup\n              bridge: {}\n",
         )
         .replace(
             "            networkName: data\n",
-            "            networkName: data\n        - name: storage\n          multus:\n            networkName: data\n",
+            "            networkName: data\n        - name: storage\n          multus:\n            networkName: plain-gw\n        - name: backup\n          multus:\n            networkName: plain\n",
         );
     assert_ne!(plugged, vm, "the example changed: update this test");
     let file = state.join("vm-plugged.yaml");
@@ -67,7 +136,7 @@ fn run(state: &Path) {
         let pod = launcher_pod(state)?;
         statuses(&pod)
             .iter()
-            .find(|s| s["name"] == "default/data" && s["interface"] != "pod3a6eb0790f3")
+            .find(|s| s["name"] == "default/plain-gw")
             .map(|s| s["interface"].as_str().unwrap_or("").to_string())
     });
     assert!(
@@ -90,22 +159,24 @@ fn run(state: &Path) {
             .contains("multus-status"),
         "{vmi_status}"
     );
-    // The NIC reaches the running guest, which leases the pod's address on it.
-    let leased = wait("storage leased inside the guest", || {
-        let vmi = json(state, &["get", "vmi", "vm1", "-o", "json"]);
-        let nic = vmi["status"]["interfaces"]
-            .as_array()?
-            .iter()
-            .find(|i| i["name"] == "storage")?
-            .clone();
-        let sources = nic["infoSource"].as_str().unwrap_or("");
-        (sources.contains("domain")
-            && sources.contains("guest-agent")
-            && nic["ipAddress"]
-                .as_str()
-                .is_some_and(|ip| ip.starts_with("192.168.100.")))
-        .then_some(nic)
-    });
+    // The NICs reach the running guest, which leases the pod's addresses on them, with no
+    // router option (their networks have no routes).
+    let leased_storage = leased_nic(state, "storage", "192.168.101.");
+    let leased_backup = leased_nic(state, "backup", "192.168.102.");
+    for (nic, prefix) in [
+        (&leased_storage, "192.168.101."),
+        (&leased_backup, "192.168.102."),
+    ] {
+        let lines = wait(
+            &format!("the guest's DHCP client reports {prefix} ({nic})"),
+            || {
+                let lines = guest_leases(state, prefix);
+                (!lines.is_empty()).then_some(lines)
+            },
+        );
+        assert!(lines.iter().all(|l| l.contains(" router=- ")), "{lines:?}");
+    }
+    let leased = leased_storage;
     assert!(
         !leased["interfaceName"].as_str().unwrap_or("").is_empty(),
         "{leased}"
@@ -122,6 +193,25 @@ fn run(state: &Path) {
         networks.contains(&storage_iface),
         "networks annotation names the new interface: {networks}"
     );
+
+    // The VM boots with the route-less networks: stop and start, every NIC leased again.
+    assert!(weft(state, &["stop", "vm1"]).status.success());
+    wait("vm1 stopped", || {
+        json(state, &["get", "pods", "-o", "json"])["items"]
+            .as_array()
+            .is_some_and(|p| p.is_empty())
+            .then_some(())
+    });
+    assert!(weft(state, &["start", "vm1"]).status.success());
+    // The stopped VM's VMI went with its pod: these are the new guest's leases.
+    leased_nic(state, "storage", "192.168.101.");
+    leased_nic(state, "backup", "192.168.102.");
+    leased_nic(state, "data", "192.168.100.");
+    let storage_iface = statuses(&launcher_pod(state).unwrap())
+        .iter()
+        .find(|s| s["name"] == "default/plain-gw")
+        .map(|s| s["interface"].as_str().unwrap_or("").to_string())
+        .unwrap();
 
     // Unplug: state absent → the pod interface goes, the status entry goes, the VMI forgets it.
     let unplugged = plugged.replace(
