@@ -587,3 +587,88 @@ fn weft_ipam_naming_no_store_allocates_in_the_api_server_through_the_agent() {
     assert_eq!(listed(&cluster), Vec::<Object>::new(), "DEL freed the address");
     assert_eq!(pod_ns.links(), ["lo"]);
 }
+
+/// A pod the agent's watch cache does not hold yet (the watch lags) is read from the API server
+/// itself and gets every NIC; a pod that does not exist at all is a retriable CNI error with
+/// nothing attached, never Multus's empty success (multus-cni #1387, #1312).
+#[test]
+fn agent_with_a_lagging_cache_reads_the_pod_from_the_api_and_never_fakes_a_result() {
+    if !root_or_skip("agent_with_a_lagging_cache_reads_the_pod_from_the_api_and_never_fakes_a_result") {
+        return;
+    }
+    let node = Netns::new("akl-node");
+    let cluster = FakeCluster::start(&node);
+    let dir = tempfile::tempdir().unwrap();
+    let nad_config = json!({
+        "cniVersion": "1.0.0", "type": "bridge", "bridge": "br-lag",
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": "192.168.89.0/24"}]],
+                 "dataDir": dir.path().join("hl-lag")}
+    });
+    // The NAD is there before the agent starts: its initial list brings it.
+    cluster.create(
+        &nads(),
+        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+               "metadata": {"name": "lag", "namespace": "default"},
+               "spec": {"config": nad_config.to_string()}}),
+    );
+    let agent = KubeAgent::start(&node, &cluster);
+    wait_for_watches(&cluster, &agent);
+    // The pod is created while the watches deliver nothing.
+    cluster.api.pause_watches(true);
+    cluster.create(
+        &pods(),
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "late", "namespace": "default",
+                            "annotations": {"k8s.v1.cni.cncf.io/networks": "lag@lag0"}},
+               "spec": {"nodeName": "n1"}}),
+    );
+    cluster.api.clear_requests();
+    let pod_ns = Netns::new("akl-pod");
+    let add = agent.shim("ADD", &pod_ns, "default", "late");
+    assert!(add.status.success(), "ADD: {}\n{}", text(&add), agent.log());
+    let mut links = pod_ns.links();
+    links.sort();
+    assert_eq!(links, ["eth0", "lag0", "lo"], "every NIC, from the pod read live");
+    let calls: Vec<String> = cluster
+        .api
+        .requests()
+        .iter()
+        .map(|r| r.split('?').next().unwrap_or(r).to_string())
+        .collect();
+    assert!(
+        calls.contains(&"GET /api/v1/namespaces/default/pods/late".to_string()),
+        "the cache miss was read from the API server: {calls:?}"
+    );
+    let status =
+        cluster.pod("default", "late").unwrap().metadata.annotations["k8s.v1.cni.cncf.io/network-status"]
+            .clone();
+    assert!(status.contains("\"default/lag\""), "{status}");
+
+    // A pod that does not exist anywhere: a retriable error (code 11), nothing attached.
+    let ghost_ns = Netns::new("akl-ghost");
+    let add = agent.shim("ADD", &ghost_ns, "default", "ghost");
+    assert!(
+        !add.status.success(),
+        "ADD of a missing pod must fail: {}",
+        text(&add)
+    );
+    let error: Value = serde_json::from_slice(&add.stdout).unwrap();
+    assert_eq!(error["code"], 11, "{error}");
+    assert!(
+        error["msg"]
+            .as_str()
+            .unwrap_or("")
+            .contains("pod default/ghost does not exist"),
+        "{error}"
+    );
+    assert_eq!(ghost_ns.links(), ["lo"], "nothing attached");
+    assert!(
+        !String::from_utf8_lossy(&add.stdout).contains("0.0.0.0/0"),
+        "no fake result"
+    );
+    cluster.api.pause_watches(false);
+    let del = agent.shim("DEL", &pod_ns, "default", "late");
+    assert!(del.status.success(), "DEL: {}\n{}", text(&del), agent.log());
+    let del = agent.shim("DEL", &ghost_ns, "default", "ghost");
+    assert!(del.status.success(), "DEL of the ghost: {}", text(&del));
+}

@@ -84,12 +84,49 @@ fn overlay(bytes: &[u8], daemon: &serde_json::Map<String, Value>) -> Result<Vec<
 
 /// The pod of a request, as planning sees it (`None`: not in the store).
 async fn pod_of(agent: &Agent, request: &AttachmentRequest) -> Result<Option<weft_meta::Pod>, CniError> {
+    pod_from(&agent.store, request).await
+}
+
+/// The pod of an ADD. A pod the watch cache does not hold (yet) is read from the API server
+/// itself; one the API server does not have either is a retriable error, never a success with
+/// no network (Multus's empty result after a cache lag starts pods without their NICs,
+/// multus-cni #1387, #1312). Only a request naming no pod gets Multus's empty result.
+async fn pod_for_add(agent: &Agent, request: &AttachmentRequest) -> Result<Option<weft_meta::Pod>, CniError> {
+    if let Some(pod) = pod_of(agent, request).await? {
+        return Ok(Some(pod));
+    }
+    if request.k8s.pod_name.is_empty() {
+        return Ok(None);
+    }
+    match pod_from(&agent.ipam_store, request).await? {
+        Some(pod) => Ok(Some(pod)),
+        None => Err(CniError::new(
+            codes::TRY_AGAIN_LATER,
+            format!(
+                "pod {}/{} does not exist",
+                match request.k8s.pod_namespace.as_str() {
+                    "" => "default",
+                    ns => ns,
+                },
+                request.k8s.pod_name
+            ),
+        )
+        .with_details(
+            "neither the agent's watch cache nor the API server has it (not created yet, or deleted): nothing was attached; retry",
+        )),
+    }
+}
+
+async fn pod_from(
+    store: &std::sync::Arc<dyn weft_store::Store>,
+    request: &AttachmentRequest,
+) -> Result<Option<weft_meta::Pod>, CniError> {
     let (ns, name) = (&request.k8s.pod_namespace, &request.k8s.pod_name);
     let ns = if ns.is_empty() { "default" } else { ns.as_str() };
     if name.is_empty() {
         return Ok(None);
     }
-    let pod = Api::<Pod>::namespaced(agent.store.clone(), ns)
+    let pod = Api::<Pod>::namespaced(store.clone(), ns)
         .get(name)
         .await
         .map_err(|e| {
@@ -219,7 +256,7 @@ async fn execute<T: Send + 'static>(
 }
 
 async fn add(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) -> Result<Value, CniError> {
-    let pod = pod_of(agent, request).await?;
+    let pod = pod_for_add(agent, request).await?;
     let lookup = match &pod {
         Some(pod) => PodLookup::Found(pod),
         None => PodLookup::NotFound,
@@ -291,16 +328,26 @@ async fn write_network_status(
     statuses: &[weft_netconf::NetworkStatus],
 ) -> Result<(), CniError> {
     let value = weft_netconf::format_network_status_annotation(statuses);
-    let outcome = Api::<Pod>::namespaced(agent.store.clone(), &pod.namespace)
-        .modify_status(&pod.name, |p| {
-            let changed =
-                p.metadata.annotation(weft_netconf::NETWORK_STATUS_ANNOTATION) != Some(value.as_str());
-            p.metadata
-                .annotations
-                .insert(weft_netconf::NETWORK_STATUS_ANNOTATION.into(), value.clone());
-            changed
-        })
-        .await;
+    let write = |store: std::sync::Arc<dyn weft_store::Store>| {
+        let value = value.clone();
+        async move {
+            Api::<Pod>::namespaced(store, &pod.namespace)
+                .modify_status(&pod.name, |p| {
+                    let changed = p.metadata.annotation(weft_netconf::NETWORK_STATUS_ANNOTATION)
+                        != Some(value.as_str());
+                    p.metadata
+                        .annotations
+                        .insert(weft_netconf::NETWORK_STATUS_ANNOTATION.into(), value.clone());
+                    changed
+                })
+                .await
+        }
+    };
+    // A pod the watch cache does not hold yet is written through the API server itself.
+    let outcome = match write(agent.store.clone()).await {
+        Err(e) if e.is_not_found() => write(agent.ipam_store.clone()).await,
+        other => other,
+    };
     match outcome {
         Ok(_) => Ok(()),
         Err(e) if e.is_not_found() => Ok(()),
