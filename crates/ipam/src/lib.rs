@@ -15,6 +15,7 @@ pub mod allocator;
 pub mod claim;
 pub mod config;
 mod error;
+pub mod journal;
 pub mod persistent;
 pub mod plugin;
 pub mod range;

@@ -31,6 +31,24 @@ pub async fn handle(request: IpamRequest, store: Arc<dyn Store>) -> Result<Optio
     })
 }
 
+/// A DEL's release alone, with its typed error (a node agent journals one that could not
+/// reach the store: [`crate::journal`]).
+pub async fn release(request: &IpamRequest, store: &Arc<dyn Store>) -> Result<(), IpamError> {
+    let config = parse_network_config(&request.config_json())?;
+    release_with(request, &config, store).await
+}
+
+async fn release_with(
+    request: &IpamRequest,
+    config: &IpamConfig,
+    store: &Arc<dyn Store>,
+) -> Result<(), IpamError> {
+    let env = &request.env;
+    allocator::release(store, config, &env.container_id, &env.ifname)
+        .await
+        .map(drop)
+}
+
 async fn run(
     command: CniCommand,
     request: &IpamRequest,
@@ -39,11 +57,7 @@ async fn run(
     let config = parse_network_config(&request.config_json())?;
     match command {
         CniCommand::Add => add(request, &config, store).await.map(Some),
-        CniCommand::Del => {
-            let env = &request.env;
-            allocator::release(store, &config, &env.container_id, &env.ifname).await?;
-            Ok(None)
-        }
+        CniCommand::Del => release_with(request, &config, store).await.map(|()| None),
         CniCommand::Check => {
             let claim = resolve_claim(store, &config, request.pod(), &request.env.ifname).await?;
             let claim_ref = claim.as_ref().map(|c| c.reference());

@@ -672,3 +672,138 @@ fn agent_with_a_lagging_cache_reads_the_pod_from_the_api_and_never_fakes_a_resul
     let del = agent.shim("DEL", &ghost_ns, "default", "ghost");
     assert!(del.status.success(), "DEL of the ghost: {}", text(&del));
 }
+
+/// DEL of pods with weft-ipam networks while the API server is down: each release is journaled
+/// in the agent's state dir (0600) and DEL succeeds at once; the reservations stay in the API
+/// server meanwhile (nobody else can take the addresses); the journal survives an agent restart
+/// during the outage and is replayed when the API server is back.
+#[test]
+fn weft_ipam_releases_during_an_api_outage_are_journaled_and_replayed() {
+    if !root_or_skip("weft_ipam_releases_during_an_api_outage_are_journaled_and_replayed") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let reservations = weft_ipam::IpReservation::resource_type();
+    let node = Netns::new("akj-node");
+    let cluster = FakeCluster::serving(
+        &node,
+        vec![
+            pods(),
+            nads(),
+            reservations.clone(),
+            weft_ipam::IpamClaim::resource_type(),
+        ],
+    );
+    let nad_config = json!({
+        "cniVersion": "1.0.0", "type": "bridge", "bridge": "br-jrn",
+        "ipam": {"type": "weft-ipam", "range": "192.168.90.0/24"}
+    });
+    cluster.create(
+        &nads(),
+        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+               "metadata": {"name": "tenant", "namespace": "default"},
+               "spec": {"config": nad_config.to_string()}}),
+    );
+    for name in ["pod-a", "pod-b"] {
+        cluster.create(
+            &pods(),
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
+                                "annotations": {"k8s.v1.cni.cncf.io/networks": "tenant@net1"}},
+                   "spec": {"nodeName": "n1"}}),
+        );
+    }
+    let mut agent = KubeAgent::start(&node, &cluster);
+    let listed = |cluster: &FakeCluster| {
+        cluster
+            .runtime
+            .block_on(cluster.objects.list(&reservations, None, &Default::default()))
+            .unwrap()
+            .items
+            .len()
+    };
+    let (ns_a, ns_b) = (Netns::new("akj-a"), Netns::new("akj-b"));
+    for (ns, name) in [(&ns_a, "pod-a"), (&ns_b, "pod-b")] {
+        let add = run_shim_as(
+            &agent.bin,
+            &agent.conf,
+            "ADD",
+            ns,
+            "default",
+            name,
+            &format!("cid-{name}"),
+        );
+        assert!(
+            add.status.success(),
+            "ADD {name}: {}\n{}",
+            text(&add),
+            agent.log()
+        );
+    }
+    assert_eq!(listed(&cluster), 2, "two reservations in the API server");
+
+    take_down(&cluster, &agent);
+    let journal = agent.dir.path().join("ipam-release-journal");
+    let del = run_shim_as(
+        &agent.bin,
+        &agent.conf,
+        "DEL",
+        &ns_a,
+        "default",
+        "pod-a",
+        "cid-pod-a",
+    );
+    assert!(
+        del.status.success(),
+        "DEL during the outage: {}\n{}",
+        text(&del),
+        agent.log()
+    );
+    assert_eq!(ns_a.links(), ["lo"]);
+    assert_eq!(
+        listed(&cluster),
+        2,
+        "the reservation stays until the release is replayed"
+    );
+    let mode = std::fs::metadata(&journal)
+        .expect("the release is journaled")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "the journal is private");
+
+    // Restarted during the outage, the agent keeps the journal and journals more.
+    agent.restart(&node);
+    let del = run_shim_as(
+        &agent.bin,
+        &agent.conf,
+        "DEL",
+        &ns_b,
+        "default",
+        "pod-b",
+        "cid-pod-b",
+    );
+    assert!(
+        del.status.success(),
+        "DEL after a restart: {}\n{}",
+        text(&del),
+        agent.log()
+    );
+    assert_eq!(ns_b.links(), ["lo"]);
+    assert_eq!(listed(&cluster), 2);
+    let entries = std::fs::read_to_string(&journal).unwrap().lines().count();
+    assert_eq!(entries, 2, "both releases wait in the journal");
+
+    // The API server returns: the journal is replayed and the addresses are free.
+    cluster.api.set_down(false);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while listed(&cluster) != 0 || journal.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the journal was not replayed ({} reservations left):\n{}",
+            listed(&cluster),
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(agent.log().contains("replayed"), "{}", agent.log());
+}

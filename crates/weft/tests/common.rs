@@ -96,11 +96,24 @@ pub fn run_shim(
     namespace: &str,
     pod: &str,
 ) -> Output {
+    run_shim_as(bin, conf, command, pod_ns, namespace, pod, CONTAINER_ID)
+}
+
+/// [`run_shim`] for the sandbox `container_id` (several pods at once).
+pub fn run_shim_as(
+    bin: &Path,
+    conf: &serde_json::Value,
+    command: &str,
+    pod_ns: &Netns,
+    namespace: &str,
+    pod: &str,
+    container_id: &str,
+) -> Output {
     let cni_path = format!("{}:/usr/lib/cni", bin.display());
     let mut child = Command::new(bin.join("weft-cni"))
         .env_clear()
         .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", CONTAINER_ID)
+        .env("CNI_CONTAINERID", container_id)
         .env("CNI_NETNS", pod_ns.path())
         .env("CNI_IFNAME", "eth0")
         .env(

@@ -6,8 +6,8 @@
 //! `weft_ipam::plugin::handle`, on the same store); a call whose config names another store is
 //! declined, and the client runs the full plugin.
 
-use weft_cni::plugin::{Decoded, Outcome};
-use weft_cni::{CniError, CniVersion, codes};
+use weft_cni::plugin::{Decoded, Outcome, PluginRequest};
+use weft_cni::{CniCommand, CniError, CniVersion, codes};
 use weft_ipam::IpamRequest;
 use weft_ipam_client::wire;
 
@@ -66,9 +66,49 @@ pub async fn handle(agent: &Agent, body: &[u8]) -> (String, IpamAnswer) {
     }
     // Reservations are recorded with this agent's node, whatever the caller's environment says.
     let ipam_request = IpamRequest::from_plugin_request(&request, agent.args.node.clone());
+    if ipam_request.command() == CniCommand::Del {
+        return (
+            verb,
+            IpamAnswer::Answered(del(agent, &request, &ipam_request, body).await),
+        );
+    }
+    // Releases that waited for the store go first, so an ADD never races its own earlier DEL.
+    if ipam_request.command() == CniCommand::Add && agent.journal.pending() {
+        let _ = agent.journal.replay(agent).await;
+    }
     let handled = weft_ipam::plugin::handle(ipam_request, agent.ipam_store.clone()).await;
     (
         verb,
         IpamAnswer::Answered(weft_cni::plugin::finish(&request, handled)),
+    )
+}
+
+/// A DEL: release now, or — when the store cannot be reached — journal the call and answer
+/// success; the reservation stays in the store until the journal is replayed, so nobody else
+/// can take the address meanwhile.
+async fn del(agent: &Agent, request: &PluginRequest, ipam_request: &IpamRequest, body: &[u8]) -> Outcome {
+    let outcome = match weft_ipam::plugin::release(ipam_request, &agent.ipam_store).await {
+        Err(e) if weft_ipam::journal::is_deferrable(CniCommand::Del, &e) => {
+            match agent.journal.append(body).await {
+                Ok(()) => {
+                    tracing::warn!(
+                        container = %ipam_request.env.container_id,
+                        ifname = %ipam_request.env.ifname,
+                        "IPAM release journaled ({e}): replayed when the store answers"
+                    );
+                    Ok(None)
+                }
+                Err(io) => {
+                    tracing::warn!("cannot journal an IPAM release: {io}");
+                    Err(e)
+                }
+            }
+        }
+        other => other.map(|()| None),
+    };
+    let version = ipam_request.version.to_string();
+    weft_cni::plugin::finish(
+        request,
+        outcome.map_err(|e| CniError::from(e).with_version(version)),
     )
 }

@@ -5,6 +5,7 @@ mod autoconf;
 mod cni;
 mod dynamic;
 mod ipam;
+pub mod journal;
 mod metrics;
 mod routes;
 mod server;
@@ -75,6 +76,8 @@ pub struct Agent {
     pub daemon_config: serde_json::Map<String, serde_json::Value>,
     /// Metrics.
     pub metrics: Metrics,
+    /// IPAM releases that wait for the store (the API server is unreachable).
+    pub journal: journal::ReleaseJournal,
 }
 
 impl Agent {
@@ -141,6 +144,7 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
         store_identity,
         daemon_config,
         metrics: Metrics::default(),
+        journal: journal::ReleaseJournal::open(state),
     });
     let server_state = Arc::new(server::ServerState {
         agent: agent.clone(),
@@ -149,6 +153,7 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
     let server_state_for_metrics = server_state.clone();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(dynamic::run(agent.clone(), stop_rx.clone()));
+    tokio::spawn(journal::run(agent.clone(), stop_rx.clone()));
     if let Some(dir) = args.auto_config.clone() {
         tokio::spawn(autoconf::keep_generated(
             args.conf_dir.clone(),
