@@ -220,6 +220,10 @@ fn attack_shim_non_utf8_environment_is_a_cni_error_not_a_panic() {
 
 /// `weft agent` on `socket` (in the current namespace: no CNI request is made to it).
 fn spawn_agent(state: &Path, socket: &Path) -> KillOnDrop {
+    spawn_agent_with(state, socket, &[])
+}
+
+fn spawn_agent_with(state: &Path, socket: &Path, extra: &[&str]) -> KillOnDrop {
     let child = Command::new(weft_bin())
         .arg("--state-dir")
         .arg(state)
@@ -229,6 +233,7 @@ fn spawn_agent(state: &Path, socket: &Path) -> KillOnDrop {
         .arg(state.join("net.d"))
         .arg("--cache-dir")
         .arg(state.join("cache"))
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(state.join("agent.log")).unwrap())
         .spawn()
@@ -639,4 +644,127 @@ fn attack_huge_or_slow_requests_are_answered_within_the_timeout() {
         "{}",
         String::from_utf8_lossy(&answer)
     );
+}
+
+#[test]
+fn attack_metrics_on_a_network_address_are_refused_unless_meant() {
+    if !root_or_skip("attack_metrics_on_a_network_address_are_refused_unless_meant") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path();
+    let socket = state.join("weft.sock");
+    let mut agent = spawn_agent_with(state, &socket, &["--metrics-addr", "0.0.0.0:0"]);
+    assert!(!wait_exit(&mut agent.0, Duration::from_secs(20)).success());
+    assert!(log(state).contains("not a loopback address"), "{}", log(state));
+    assert!(!socket.exists());
+}
+
+/// A system user for attacks (created if missing): (uid, gid).
+fn attacker(tag: &str) -> (String, String) {
+    let name = format!("weft-attacker-{tag}");
+    let id = |flag: &str| {
+        let out = Command::new("id").arg(flag).arg(&name).output().unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    if id("-u").is_none() {
+        let made = Command::new("useradd")
+            .args(["-r", "-M", &name])
+            .output()
+            .unwrap();
+        // A parallel test may have created it meanwhile.
+        assert!(made.status.success() || id("-u").is_some(), "{}", text(&made));
+    }
+    (id("-u").unwrap(), id("-g").unwrap())
+}
+
+#[test]
+fn attack_unprivileged_flood_of_the_metrics_port_does_not_block_cni() {
+    if !root_or_skip("attack_unprivileged_flood_of_the_metrics_port_does_not_block_cni") {
+        return;
+    }
+    let (uid, gid) = attacker("agent");
+    let node = Node::start(
+        "atk-tcp",
+        POD_P,
+        &[
+            "--metrics-addr",
+            "127.0.0.1:9102",
+            "--max-connections",
+            "4",
+            "--read-timeout",
+            "120",
+        ],
+    );
+    // An unprivileged user takes every connection slot of the TCP listener with idle connections.
+    let (reuid, regid) = (format!("--reuid={uid}"), format!("--regid={gid}"));
+    let _holders: Vec<KillOnDrop> = (0..4)
+        .map(|_| {
+            KillOnDrop(
+                node.node
+                    .command(&[
+                        "setpriv",
+                        &reuid,
+                        &regid,
+                        "--clear-groups",
+                        "busybox",
+                        "nc",
+                        "127.0.0.1",
+                        "9102",
+                    ])
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let established = node
+            .node
+            .exec(&["ss", "-Htn", "state", "established", "( sport = :9102 )"])
+            .lines()
+            .count();
+        if established >= 4 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the attacker's connections did not open"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // More TCP connections are answered "busy" at once...
+    let started = Instant::now();
+    let metrics = node
+        .node
+        .command(&[
+            "busybox",
+            "wget",
+            "-q",
+            "-S",
+            "-O",
+            "-",
+            "http://127.0.0.1:9102/metrics",
+        ])
+        .output()
+        .unwrap();
+    assert!(!metrics.status.success(), "{}", text(&metrics));
+    assert!(
+        String::from_utf8_lossy(&metrics.stderr).contains("503"),
+        "{}",
+        text(&metrics)
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // ...and CNI requests on the root-only socket are not affected.
+    let pod = Netns::new("atk-tcp-pod");
+    let add = node.shim("ADD", &pod.path(), "p", &[]);
+    assert!(add.status.success(), "{}", text(&add));
+    assert!(pod.has_link("eth0"));
+    let del = node.shim("DEL", &pod.path(), "p", &[]);
+    assert!(del.status.success(), "{}", text(&del));
 }
