@@ -63,9 +63,14 @@ async fn read_body(
             StatusCode::REQUEST_TIMEOUT,
             limits::body_timeout(limits.read_timeout),
         )),
+        // Over the limit (a chunked body announces no length) or cut off by the client.
         Ok(Err(e)) => Err(cni_error_with(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            limits::body_too_large(limits.max_body).with_details(e.to_string()),
+            StatusCode::BAD_REQUEST,
+            CniError::new(
+                codes::IO_FAILURE,
+                format!("cannot read the request body (limit {} bytes)", limits.max_body),
+            )
+            .with_details(e.to_string()),
         )),
         Ok(Ok(bytes)) => Ok(bytes),
     }
