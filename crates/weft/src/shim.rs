@@ -73,7 +73,7 @@ pub fn cni_env(
 
 /// The agent socket named by the config (`daemonSocketDir`), `$WEFT_SOCKET`, or the default.
 pub fn socket_path(config: &Value) -> PathBuf {
-    if let Ok(path) = std::env::var("WEFT_SOCKET") {
+    if let Some(path) = std::env::var_os("WEFT_SOCKET") {
         return path.into();
     }
     match config.get("daemonSocketDir").and_then(Value::as_str) {

@@ -135,6 +135,9 @@ pub async fn probe_ready(socket: PathBuf) -> anyhow::Result<i32> {
 
 /// `weft agent`: serve until SIGTERM/SIGINT.
 pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
+    if let Some(addr) = args.metrics_addr {
+        limits::check_metrics_addr(addr, args.metrics_allow_remote).map_err(anyhow::Error::msg)?;
+    }
     let mut store = crate::cluster::open_store(state).await?;
     let ipam_store = store.clone();
     let store_identity = crate::cluster::store_identity(&crate::cluster::target(), state);
@@ -165,9 +168,6 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
             }
         });
         store = cached;
-    }
-    if let Some(addr) = args.metrics_addr {
-        limits::check_metrics_addr(addr, args.metrics_allow_remote).map_err(anyhow::Error::msg)?;
     }
     let daemon_config = autoconf::load_daemon_config(args.config.as_deref())?;
     let agent = Arc::new(Agent {
