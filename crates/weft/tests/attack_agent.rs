@@ -562,6 +562,20 @@ fn attack_more_connections_than_the_cap_get_a_prompt_cni_error() {
     assert!(error["msg"].as_str().unwrap().contains("busy"), "{error}");
     assert!(took < Duration::from_secs(5), "ADD took {took:?}");
     assert_eq!(pod.links(), vec!["lo".to_string()]);
+    // A flood over the cap is answered, and does not flood the log.
+    for _ in 0..200 {
+        let (_, answer) = raw(
+            &node.socket(),
+            b"GET /healthz HTTP/1.1\r\nHost: weft\r\n\r\n",
+            Duration::from_secs(10),
+        );
+        assert_eq!(parse_answer(&answer).0, 503);
+    }
+    let logged = log(node.dir.path()).matches("connections refused").count();
+    assert!(
+        (1..=3).contains(&logged),
+        "{logged} log lines for 201 refused connections"
+    );
     // Once the idle connections go, the agent serves again.
     drop(idle);
     let deadline = Instant::now() + Duration::from_secs(15);

@@ -28,6 +28,9 @@ use crate::protocol::{CniRequest, CniResponse};
 /// How long in-flight requests may finish after SIGTERM before the agent exits anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
+/// How often refused connections are logged (with their count).
+const BUSY_LOG_EVERY: Duration = Duration::from_secs(10);
+
 /// Shared server state.
 pub struct ServerState {
     /// The agent.
@@ -263,6 +266,7 @@ async fn serve_loop<L: Accept>(
     let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let (close_tx, close_rx) = tokio::sync::watch::channel(());
     let mut tasks = tokio::task::JoinSet::new();
+    let (mut refused, mut last_busy_log) = (0u64, None);
     loop {
         let accepted = tokio::select! {
             _ = stop.wait_for(|s| *s) => break,
@@ -287,7 +291,17 @@ async fn serve_loop<L: Accept>(
                 });
             }
             Err(_) => {
-                tracing::warn!(limit = limits.max_connections, "connection refused: agent busy");
+                // Logged at most every BUSY_LOG_EVERY with a count: a flood must not flood logs.
+                refused += 1;
+                if last_busy_log.is_none_or(|at: Instant| at.elapsed() >= BUSY_LOG_EVERY) {
+                    tracing::warn!(
+                        limit = limits.max_connections,
+                        refused,
+                        "connections refused: agent busy"
+                    );
+                    refused = 0;
+                    last_busy_log = Some(Instant::now());
+                }
                 tasks.spawn(reject_busy(io, limits.max_connections));
             }
         }
