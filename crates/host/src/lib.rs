@@ -48,7 +48,7 @@ pub use netlink::address::{self, Address, IpFamily};
 pub use netlink::fdb::{self, FLOOD_MAC, FdbEntry};
 pub use netlink::link::{self, Link, LinkId, MacvlanMode, OperState, Vxlan};
 pub use netlink::route::{self, MAIN_TABLE, Route};
-pub use netns::{Netns, run_in};
+pub use netns::{Netns, NsId, forbidden_netns, run_in};
 pub use sysctl::{read_sysctl, write_sysctl};
 pub use tap::{TapOptions, create_tap};
 

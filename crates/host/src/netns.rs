@@ -29,6 +29,37 @@ pub const NETNS_RUN_DIR: &str = "/run/netns";
 /// process, so parallel creators do not stack bind mounts.
 static RUN_DIR_SETUP: Mutex<()> = Mutex::new(());
 
+/// The identity of a namespace: device and inode of its `nsfs` file (equal for every path to
+/// the same namespace: `/proc/<pid>/ns/net`, a bind mount under `/run/netns`, …).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NsId {
+    /// `st_dev`.
+    pub dev: u64,
+    /// `st_ino`.
+    pub ino: u64,
+}
+
+impl NsId {
+    /// The identity of the namespace file at `path` (symlinks such as `/proc/self/ns/net`
+    /// followed).
+    pub fn of(path: impl AsRef<Path>) -> io::Result<Self> {
+        let meta = fs::metadata(path)?;
+        Ok(NsId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+}
+
+/// Which of the `forbidden` namespaces (identity, description) `target` is, if any: e.g. a
+/// `CNI_NETNS` that is the agent's own or the host's namespace.
+pub fn forbidden_netns<'a>(target: NsId, forbidden: &[(NsId, &'a str)]) -> Option<&'a str> {
+    forbidden
+        .iter()
+        .find(|(id, _)| *id == target)
+        .map(|(_, what)| *what)
+}
+
 /// An open handle to a network namespace (an `nsfs` file descriptor).
 ///
 /// Holding it keeps the namespace alive. It is cheap to keep and can be
@@ -283,6 +314,19 @@ fn join_or_resume_panic<T>(worker: std::thread::ScopedJoinHandle<'_, T>) -> T {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_namespace_is_known_by_identity_whatever_the_path() {
+        let own = NsId::of("/proc/self/ns/net").unwrap();
+        let same = NsId::of("/proc/thread-self/ns/net").unwrap();
+        let other = NsId {
+            ino: own.ino + 1,
+            ..own
+        };
+        let forbidden = [(other, "other"), (own, "the agent's own")];
+        assert_eq!(forbidden_netns(same, &forbidden), Some("the agent's own"));
+        assert_eq!(forbidden_netns(NsId { dev: 1, ino: 2 }, &forbidden), None);
+    }
 
     #[test]
     fn names_must_be_plain_file_names() {

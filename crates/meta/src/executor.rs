@@ -1,5 +1,5 @@
-//! Running a plan through the CNI runtime (the thin effectful side): ADD in order with complete
-//! rollback on failure, independent secondaries optionally concurrent with deterministic
+//! Running a plan through the CNI runtime (the thin effectful side): ADD in order with rollback of
+//! what it attached on failure, independent secondaries optionally concurrent with deterministic
 //! result order; DEL in reverse collecting every error; CHECK on every delegate.
 
 use std::sync::Mutex;
@@ -14,7 +14,7 @@ use weft_netconf::{NetworkStatus, network_statuses};
 use crate::devices::{DeviceAttachment, parse_device_info};
 use crate::gateway::{RouteAction, apply_route_action};
 use crate::plan::{AttachmentRequest, DelegatePlan};
-use crate::teardown::{add_failure_message, rollback_order};
+use crate::teardown::{add_failure_message, rollback_targets};
 
 /// Applies a delegate's default-route edits inside the pod's network namespace.
 pub trait RouteEditor: Sync {
@@ -57,6 +57,9 @@ pub enum ExecutorError {
         failed: usize,
         /// Rollback DELs that failed too, `(network, error)`.
         rollback_errors: Vec<(String, String)>,
+        /// The delegates (plan index, ADD result) this ADD attached whose rollback DEL failed:
+        /// still held, for the runtime's DEL to retry.
+        held: Vec<(usize, CniResult)>,
     },
     /// Some delegates failed DEL or CHECK; every delegate was attempted.
     #[error("errors: {}", .0.iter().map(|(n, e)| format!("{n}: {e}")).collect::<Vec<_>>().join(" / "))]
@@ -104,8 +107,8 @@ impl<'a, E: PluginExec> Executor<'a, E> {
     }
 
     /// ADD every delegate. The master runs first, alone; the others follow (concurrently when
-    /// allowed). On the first failure no further delegate starts, and every delegate that was
-    /// started — the failed one included — is DELeted in reverse plan order.
+    /// allowed). On the first failure no further delegate starts, and every delegate whose ADD
+    /// succeeded is DELeted in reverse plan order (not the failed one: see `rollback_targets`).
     pub fn add(
         &self,
         request: &AttachmentRequest,
@@ -159,23 +162,27 @@ impl<'a, E: PluginExec> Executor<'a, E> {
             let Some(Err(error)) = &outcomes[failed_index] else {
                 unreachable!("position matched an error")
             };
-            let started: Vec<usize> = rollback_order(plans.len() - 1)
-                .into_iter()
-                .filter(|i| outcomes[*i].is_some())
-                .collect();
-            let rollback_errors = started
-                .into_iter()
-                .filter_map(|i| {
-                    let cached = outcomes[i].as_ref().and_then(|o| o.as_ref().ok());
-                    self.del_one(request, &plans[i], cached)
-                        .err()
-                        .map(|e| (plans[i].display_name.clone(), e))
-                })
-                .collect();
+            // Only what this ADD made is undone: the delegates whose ADD succeeded. A failed
+            // delegate is not DELeted: its ADD may have failed because its interface name was
+            // taken (a namespace shared with another container), and its DEL would remove the
+            // other container's interface.
+            let succeeded: Vec<bool> = outcomes.iter().map(|o| matches!(o, Some(Ok(_)))).collect();
+            let mut rollback_errors = Vec::new();
+            let mut held = Vec::new();
+            for i in rollback_targets(&succeeded) {
+                let Some(Ok(result)) = &outcomes[i] else {
+                    continue;
+                };
+                if let Err(e) = self.del_one(request, &plans[i], Some(result)) {
+                    rollback_errors.push((plans[i].display_name.clone(), e));
+                    held.push((i, result.clone()));
+                }
+            }
             return Err(ExecutorError::Add {
                 message: add_failure_message(&request.k8s, &plans[failed_index], error),
                 failed: failed_index,
                 rollback_errors,
+                held,
             });
         }
         let results: Vec<CniResult> = outcomes

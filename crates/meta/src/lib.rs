@@ -44,5 +44,6 @@ pub use plan::{
 pub use request::{CONFIG_SOURCE_ANNOTATION, UidMismatch, check_pod_uid, synthetic_result};
 pub use resolve::{NetworkSource, ResolveError, Resolved, resolve_nad, resolve_static_network};
 pub use teardown::{
-    CacheAfterDel, add_failure_message, cache_after_del, del_failure_message, rollback_order, teardown_order,
+    CacheAfterDel, add_failure_message, cache_after_del, del_failure_message, rollback_order,
+    rollback_targets, teardown_order,
 };

@@ -4,10 +4,18 @@
 use crate::args::K8sArgs;
 use crate::plan::DelegatePlan;
 
-/// The delegates to DEL when ADD of delegate `failed` fails: `failed`, `failed − 1`, …, `0`
-/// (the failed one too: it may have half-configured its interface).
+/// Multus's rollback when ADD of delegate `failed` fails: `failed`, `failed − 1`, …, `0` (the
+/// failed one too). weft does not roll back this way (see [`rollback_targets`]).
 pub fn rollback_order(failed: usize) -> Vec<usize> {
     (0..=failed).rev().collect()
+}
+
+/// The delegates to DEL after a failed ADD, last to first: exactly those whose ADD succeeded
+/// (`succeeded[i]`). A failed delegate is not DELeted: it made nothing this ADD may claim, and
+/// its interface name may be another container's (a shared namespace; the name being taken is
+/// why its ADD failed), which its DEL would remove. Plugins clean up their own failed ADD.
+pub fn rollback_targets(succeeded: &[bool]) -> Vec<usize> {
+    (0..succeeded.len()).rev().filter(|i| succeeded[*i]).collect()
 }
 
 /// DEL order for `count` delegates: last to first.
@@ -60,6 +68,9 @@ mod tests {
     fn orders() {
         assert_eq!(rollback_order(0), vec![0]);
         assert_eq!(rollback_order(3), vec![3, 2, 1, 0]);
+        assert_eq!(rollback_targets(&[true, true, false, false]), vec![1, 0]);
+        assert_eq!(rollback_targets(&[false]), Vec::<usize>::new());
+        assert_eq!(rollback_targets(&[true, false, true, false]), vec![2, 0]);
         assert_eq!(teardown_order(3), vec![2, 1, 0]);
         assert!(teardown_order(0).is_empty());
     }

@@ -21,6 +21,22 @@ pub const DEFAULT_SOCKET: &str = "/run/weft/weft.sock";
 /// Name of the socket file inside a socket directory.
 pub const SOCKET_FILE: &str = "weft.sock";
 
+/// The largest network configuration the shim forwards and the agent accepts (1 MiB; real
+/// configs are a few KiB).
+pub const MAX_CONFIG_BYTES: usize = 1 << 20;
+/// The largest request body the agent reads: a config at the limit in base64 plus the
+/// environment.
+pub const MAX_REQUEST_BYTES: usize = MAX_CONFIG_BYTES / 3 * 4 + (256 << 10);
+
+/// The CNI error for a configuration of `len` bytes over [`MAX_CONFIG_BYTES`].
+pub fn config_size_error(len: usize) -> CniError {
+    CniError::new(
+        codes::INVALID_NETWORK_CONFIG,
+        format!("network configuration is too large: over the limit of {MAX_CONFIG_BYTES} bytes"),
+    )
+    .with_details(format!("at least {len} bytes"))
+}
+
 /// A CNI request forwarded by the shim.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CniRequest {

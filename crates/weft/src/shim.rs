@@ -19,13 +19,61 @@ struct Shim {
 
 /// Run the shim as the current process.
 pub fn run() -> ExitCode {
-    let env = std::env::vars().filter(|(k, _)| k.starts_with("CNI_")).collect();
-    weft_cni::plugin::run(&Shim { env })
+    use std::io::{Read, Write};
+    let mut stdin = Vec::new();
+    // One byte over the limit is enough to know the config is too large.
+    let read = std::io::stdin()
+        .take(protocol::MAX_CONFIG_BYTES as u64 + 1)
+        .read_to_end(&mut stdin);
+    let outcome = match (read, cni_env(std::env::vars_os())) {
+        (Err(e), _) => weft_cni::plugin::Outcome::failure(
+            CniError::new(codes::IO_FAILURE, "cannot read stdin").with_details(e.to_string()),
+            weft_cni::CniVersion::LATEST,
+        ),
+        (Ok(_), Err(error)) => weft_cni::plugin::Outcome::failure(error, weft_cni::CniVersion::LATEST),
+        (Ok(_), Ok(_)) if stdin.len() > protocol::MAX_CONFIG_BYTES => weft_cni::plugin::Outcome::failure(
+            protocol::config_size_error(stdin.len()),
+            weft_cni::CniVersion::LATEST,
+        ),
+        (Ok(_), Ok(env)) => {
+            let lookup = env.clone();
+            weft_cni::plugin::dispatch(&Shim { env }, |key| lookup.get(key).cloned(), &stdin)
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    // A runtime that closed our stdout cannot be told anything more; the exit code still is.
+    let _ = stdout.write_all(&outcome.stdout).and_then(|()| stdout.flush());
+    ExitCode::from(outcome.exit_code)
+}
+
+/// The `CNI_*` variables of an environment. A `CNI_*` name or value that is not UTF-8 is a CNI
+/// error naming the variable; other variables (`LANG`, …) are not the shim's business and are
+/// ignored whatever bytes they hold.
+pub fn cni_env(
+    vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Result<BTreeMap<String, String>, CniError> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut env = BTreeMap::new();
+    for (key, value) in vars {
+        if !key.as_bytes().starts_with(b"CNI_") {
+            continue;
+        }
+        let name = key.to_string_lossy().into_owned();
+        let (Some(k), Some(v)) = (key.to_str(), value.to_str()) else {
+            return Err(CniError::new(
+                codes::INVALID_ENVIRONMENT,
+                format!("environment variable {name} is not valid UTF-8"),
+            )
+            .with_details(format!("value: {:?}", value.to_string_lossy())));
+        };
+        env.insert(k.to_string(), v.to_string());
+    }
+    Ok(env)
 }
 
 /// The agent socket named by the config (`daemonSocketDir`), `$WEFT_SOCKET`, or the default.
 pub fn socket_path(config: &Value) -> PathBuf {
-    if let Ok(path) = std::env::var("WEFT_SOCKET") {
+    if let Some(path) = std::env::var_os("WEFT_SOCKET") {
         return path.into();
     }
     match config.get("daemonSocketDir").and_then(Value::as_str) {
@@ -38,7 +86,11 @@ impl Shim {
     fn forward(&self, request: &PluginRequest) -> Result<Option<Value>, CniError> {
         let config = Value::Object(request.config.as_object().clone());
         let socket = socket_path(&config);
-        let body = CniRequest::new(self.env.clone(), &request.config.to_bytes());
+        let bytes = request.config.to_bytes();
+        if bytes.len() > protocol::MAX_CONFIG_BYTES {
+            return Err(protocol::config_size_error(bytes.len()));
+        }
+        let body = CniRequest::new(self.env.clone(), &bytes);
         call_agent(&socket, protocol::CNI_PATH, &body).map_err(|failure| match failure {
             AgentCall::Unreachable(details) => CniError::new(
                 codes::AGENT_UNREACHABLE,
@@ -116,12 +168,18 @@ pub fn post(socket: &Path, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>), St
         "POST {path} HTTP/1.1\r\nHost: weft\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    stream
+    let written = stream
         .write_all(head.as_bytes())
-        .and_then(|()| stream.write_all(body))
-        .map_err(|e| e.to_string())?;
+        .and_then(|()| stream.write_all(body));
+    // An agent that refuses a request (too large, too many connections) answers and closes
+    // without reading it all: our write then fails, but its answer is waiting to be read.
     let mut response = Vec::new();
-    stream.read_to_end(&mut response).map_err(|e| e.to_string())?;
+    let read = stream.read_to_end(&mut response);
+    match (written, read) {
+        (Err(e), _) if response.is_empty() => return Err(e.to_string()),
+        (_, Err(e)) if response.is_empty() => return Err(e.to_string()),
+        _ => {}
+    }
     let mut headers = [httparse::EMPTY_HEADER; 32];
     let mut parsed = httparse::Response::new(&mut headers);
     let header_len = match parsed
@@ -158,5 +216,38 @@ fn dechunk(mut body: &[u8]) -> Result<Vec<u8>, String> {
             }
             httparse::Status::Partial => return Err("truncated chunked body".into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt;
+
+    use super::*;
+
+    fn os(bytes: &[u8]) -> OsString {
+        OsString::from_vec(bytes.to_vec())
+    }
+
+    #[test]
+    fn non_utf8_variables_outside_cni_are_ignored() {
+        let env = cni_env([
+            (os(b"LANG"), os(b"en_\xff")),
+            (os(b"X\xfe"), os(b"y")),
+            (os(b"CNI_COMMAND"), os(b"ADD")),
+        ])
+        .unwrap();
+        assert_eq!(env.len(), 1);
+        assert_eq!(env["CNI_COMMAND"], "ADD");
+    }
+
+    #[test]
+    fn a_non_utf8_cni_variable_is_a_cni_error_naming_it() {
+        let err = cni_env([(os(b"CNI_ARGS"), os(b"K8S_POD_NAME=\xff"))]).unwrap_err();
+        assert_eq!(err.code, codes::INVALID_ENVIRONMENT);
+        assert!(err.msg.contains("CNI_ARGS"), "{}", err.msg);
+        let err = cni_env([(os(b"CNI_\xff"), os(b"x"))]).unwrap_err();
+        assert_eq!(err.code, codes::INVALID_ENVIRONMENT);
     }
 }

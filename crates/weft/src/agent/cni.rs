@@ -38,7 +38,19 @@ pub async fn handle(agent: &Agent, request: CniRequest, single: bool) -> Result<
             "/delegate is not served: edit the pod's k8s.v1.cni.cncf.io/networks annotation, the weft agent hot-plugs and unplugs from it",
         ));
     }
-    let request = AttachmentRequest::from_request_env(&env);
+    let mut request = AttachmentRequest::from_request_env(&env);
+    if let Some(what) = forbidden_netns(&request.netns) {
+        if env.command != CniCommand::Del {
+            return Err(CniError::new(
+                codes::INVALID_ENVIRONMENT,
+                format!("CNI_NETNS {} is {what}: refusing to configure it", request.netns),
+            ));
+        }
+        // DEL must not fail forever; run it as for a namespace that is gone (delegates release
+        // what they hold elsewhere and touch no interface in it).
+        tracing::warn!(netns = %request.netns, container = %request.container_id, "DEL with CNI_NETNS = {what}: run without the namespace");
+        request.netns.clear();
+    }
     if !config.readiness_indicator_file.is_empty() {
         let path = &config.readiness_indicator_file;
         match env.command {
@@ -62,6 +74,23 @@ pub async fn handle(agent: &Agent, request: CniRequest, single: bool) -> Result<
             "VERSION is answered by the shim",
         )),
     }
+}
+
+/// What `netns` is if it is a namespace no CNI request may configure: the agent's own (on a
+/// node, the host's) or pid 1's. A path that cannot be read is left to the delegates to report.
+fn forbidden_netns(netns: &str) -> Option<&'static str> {
+    if netns.is_empty() {
+        return None;
+    }
+    let target = weft_host::NsId::of(netns).ok()?;
+    let forbidden: Vec<(weft_host::NsId, &'static str)> = [
+        ("/proc/self/ns/net", "the weft agent's own network namespace"),
+        ("/proc/1/ns/net", "the host network namespace (pid 1's)"),
+    ]
+    .into_iter()
+    .filter_map(|(path, what)| weft_host::NsId::of(path).ok().map(|id| (id, what)))
+    .collect();
+    weft_host::forbidden_netns(target, &forbidden)
 }
 
 /// The request's config with every key of the daemon config overlaid (Multus thick mode).
@@ -287,35 +316,28 @@ async fn add(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
                 .delegate_errors
                 .get_or_create(&super::metrics::DelegateLabels { plugin: "add".into() })
                 .inc();
-            // After a complete rollback nothing is held: record exactly that, so the runtime's
-            // DEL does not recompute delegates (a broken NAD would then fail DEL forever). The
-            // failed delegate's own DEL may fail for the reason its ADD did (a missing master):
-            // that holds nothing. If an attached delegate's rollback failed, the full record
-            // stays for DEL to retry.
-            if let weft_meta::ExecutorError::Add {
-                failed,
-                rollback_errors,
-                ..
-            } = &error
-            {
-                let failed_name = record
-                    .delegates
-                    .get(*failed)
-                    .map(|d| d.display_name.as_str())
-                    .unwrap_or("");
-                if rollback_errors.iter().all(|(name, _)| name == failed_name) {
-                    for (name, e) in rollback_errors {
-                        tracing::warn!(network = %name, "rollback DEL of the failed delegate: {e}");
-                    }
-                    write_cache(
-                        agent,
-                        &CacheRecord {
-                            delegates: Vec::new(),
-                            results: Vec::new(),
-                            ..record
-                        },
-                    )?;
-                }
+            // Record exactly what this ADD still holds: the delegates it attached whose rollback
+            // DEL failed (for the runtime's DEL to retry), nothing after a complete rollback.
+            // Never the failed delegate: its interface name may be another container's in a
+            // shared namespace, and a DEL of it would remove that container's interface.
+            if let weft_meta::ExecutorError::Add { held, .. } = &error {
+                let (delegates, results) = held
+                    .iter()
+                    .filter_map(|(i, result)| {
+                        record
+                            .delegates
+                            .get(*i)
+                            .map(|d| (d.clone(), Some(result.clone())))
+                    })
+                    .unzip();
+                write_cache(
+                    agent,
+                    &CacheRecord {
+                        delegates,
+                        results,
+                        ..record
+                    },
+                )?;
             }
             Err(error.to_cni_error())
         }

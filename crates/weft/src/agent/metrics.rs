@@ -31,6 +31,36 @@ pub struct DelegateLabels {
     pub plugin: String,
 }
 
+/// The verbs a metric label may name; any other `CNI_COMMAND` (it comes from whoever calls the
+/// socket) is counted as `other`, so labels stay a small fixed set.
+const VERBS: [&str; 6] = ["ADD", "DEL", "CHECK", "STATUS", "GC", "VERSION"];
+
+/// The metric label of a request's verb: itself when a CNI verb, `other` otherwise.
+pub fn verb_label(verb: &str) -> &'static str {
+    VERBS.into_iter().find(|v| *v == verb).unwrap_or("other")
+}
+
+/// Where a request came in: the label prefix of its verb.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `/cni` (no prefix).
+    Cni,
+    /// `/delegate` (`delegate-`).
+    Delegate,
+    /// `/ipam` (`ipam-`).
+    Ipam,
+}
+
+/// The `verb` label of a request: the endpoint's prefix and [`verb_label`].
+pub fn request_label(endpoint: Endpoint, verb: &str) -> String {
+    let verb = verb_label(verb);
+    match endpoint {
+        Endpoint::Cni => verb.to_string(),
+        Endpoint::Delegate => format!("delegate-{verb}"),
+        Endpoint::Ipam => format!("ipam-{verb}"),
+    }
+}
+
 /// The agent's metrics.
 pub struct Metrics {
     registry: Mutex<Registry>,
@@ -71,8 +101,10 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Record one request.
-    pub fn observe(&self, verb: &str, ok: bool, seconds: f64) {
+    /// Record one request of `verb` (untrusted: mapped by [`request_label`]) at `endpoint`.
+    pub fn observe(&self, endpoint: Endpoint, verb: &str, ok: bool, seconds: f64) {
+        let verb = request_label(endpoint, verb);
+        let verb = verb.as_str();
         let result = if ok { "ok" } else { "error" };
         self.requests
             .get_or_create(&RequestLabels {
@@ -91,5 +123,37 @@ impl Metrics {
         let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
         let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verbs_are_a_fixed_set() {
+        assert_eq!(verb_label("ADD"), "ADD");
+        assert_eq!(verb_label("GC"), "GC");
+        assert_eq!(verb_label("add"), "other");
+        assert_eq!(verb_label(&"A".repeat(100_000)), "other");
+        assert_eq!(request_label(Endpoint::Delegate, "DEL"), "delegate-DEL");
+        assert_eq!(request_label(Endpoint::Ipam, "x\"} 1\n"), "ipam-other");
+    }
+
+    #[test]
+    fn hostile_verbs_do_not_grow_the_metrics() {
+        let metrics = Metrics::default();
+        metrics.observe(Endpoint::Cni, "ADD", true, 0.1);
+        let baseline = metrics.encode().len();
+        for i in 0..50 {
+            metrics.observe(Endpoint::Cni, &format!("{i}{}", "V".repeat(100_000)), false, 0.1);
+        }
+        let text = metrics.encode();
+        assert!(!text.contains("VVVV"), "an untrusted verb reached a label");
+        assert!(
+            text.len() < baseline * 3,
+            "{} bytes after 50 hostile verbs",
+            text.len()
+        );
     }
 }

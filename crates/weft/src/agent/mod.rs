@@ -6,14 +6,17 @@ mod cni;
 mod dynamic;
 mod ipam;
 pub mod journal;
+mod limits;
 mod metrics;
 mod routes;
 mod server;
+mod socket;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+use anyhow::Context;
 use clap::Args;
 use weft_cni::CniError;
 use weft_store::Store;
@@ -52,9 +55,19 @@ pub struct AgentArgs {
     #[arg(long)]
     pub auto_config: Option<PathBuf>,
     /// Also serve `/metrics`, `/healthz` and `/readyz` over TCP here (for Prometheus), e.g.
-    /// `0.0.0.0:9102`.
+    /// `127.0.0.1:9102`. Loopback only unless --metrics-allow-remote.
     #[arg(long)]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Allow a --metrics-addr that is not loopback (metrics readable from the network).
+    #[arg(long)]
+    pub metrics_allow_remote: bool,
+    /// Connections served at once (socket and TCP each); more are answered "busy" (a CNI error
+    /// the runtime retries) and closed at once.
+    #[arg(long, default_value_t = 512)]
+    pub max_connections: usize,
+    /// Seconds a request's head, and then its body, may take to arrive.
+    #[arg(long, default_value_t = 10)]
+    pub read_timeout: u64,
     /// Local-cluster mode: also run pod sandboxes and guests for pods bound to this node.
     #[arg(long)]
     pub local: bool,
@@ -102,8 +115,32 @@ impl Agent {
     }
 }
 
+/// `weft agent-ready`: 0 when an agent answers `/readyz` on `socket` with 200, else 1 (why on
+/// stderr).
+pub async fn probe_ready(socket: PathBuf) -> anyhow::Result<i32> {
+    let answer = tokio::task::spawn_blocking(move || {
+        crate::shim::post(&socket, "/readyz", b"").map_err(|e| format!("{}: {e}", socket.display()))
+    })
+    .await
+    .context("readiness probe task")?;
+    match answer {
+        Ok((200, _)) => Ok(0),
+        Ok((status, _)) => {
+            eprintln!("weft agent not ready: /readyz answered HTTP {status}");
+            Ok(1)
+        }
+        Err(e) => {
+            eprintln!("weft agent not reachable: {e}");
+            Ok(1)
+        }
+    }
+}
+
 /// `weft agent`: serve until SIGTERM/SIGINT.
 pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
+    if let Some(addr) = args.metrics_addr {
+        limits::check_metrics_addr(addr, args.metrics_allow_remote).map_err(anyhow::Error::msg)?;
+    }
     let mut store = crate::cluster::open_store(state).await?;
     let ipam_store = store.clone();
     let store_identity = crate::cluster::store_identity(&crate::cluster::target(), state);
@@ -149,6 +186,11 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
     let server_state = Arc::new(server::ServerState {
         agent: agent.clone(),
         ready: AtomicBool::new(true),
+        limits: limits::Limits {
+            max_connections: args.max_connections.max(1),
+            read_timeout: std::time::Duration::from_secs(args.read_timeout.max(1)),
+            max_body: crate::protocol::MAX_REQUEST_BYTES,
+        },
     });
     let server_state_for_metrics = server_state.clone();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -179,15 +221,18 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
         }
         let _ = stop_tx.send(true);
     };
+    tokio::spawn(shutdown);
     if let Some(addr) = args.metrics_addr {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("bind --metrics-addr {addr}"))?;
         tracing::info!(%addr, "metrics listening");
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, server::metrics_router(server_state_for_metrics)).await {
-                tracing::warn!("metrics server: {e}");
-            }
-        });
+        tokio::spawn(server::serve_tcp(
+            listener,
+            server_state_for_metrics,
+            stop_rx.clone(),
+        ));
     }
-    server::serve(&args.socket, server_state, shutdown).await?;
+    server::serve(&args.socket, server_state, stop_rx).await?;
     Ok(0)
 }

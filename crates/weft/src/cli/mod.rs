@@ -98,6 +98,13 @@ pub enum Command {
     Ipam(IpamCommand),
     /// Run the node agent (thick CNI plugin, kubelet and launcher roles in the local cluster).
     Agent(crate::agent::AgentArgs),
+    /// Exit 0 if a node agent answers `/readyz` on its socket (a readiness probe that a
+    /// leftover socket file of a stopped agent does not satisfy).
+    AgentReady {
+        /// The agent's Unix socket.
+        #[arg(long, default_value = crate::protocol::DEFAULT_SOCKET)]
+        socket: PathBuf,
+    },
     /// Run the controller (VMs, VMIs, launcher pods, IPAM claims, status).
     Controller,
     /// Install weft's CNI plugins (weft-cni, weft-ipam, passthru) into a CNI bin dir.
@@ -237,6 +244,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Ipam(IpamCommand::List { network }) => inspect::ipam_list(&state, network.as_deref()).await,
         Command::Agent(args) => crate::agent::run(&state, args).await,
+        Command::AgentReady { socket } => crate::agent::probe_ready(socket).await,
         Command::Controller => crate::controller::run(&state).await,
         Command::InstallCni {
             bin_dir,
