@@ -356,12 +356,17 @@ fn run_guest_loop(
 }
 
 /// Validates `config`, then serves it on `socket` from a new thread.
+///
+/// Without the guest guard: it answers whatever reaches the bridge (filtered by chaddr only, as
+/// KubeVirt). A guest NIC's server is [`spawn_guest`]/[`spawn_guest_v6`].
 pub fn spawn(socket: UdpSocket, config: ServerConfig) -> Result<ServerHandle, ServeError> {
     config.validate()?;
     spawn_loop(socket, v4_handler(config))
 }
 
 /// Serves DHCPv6 `config` on `socket` (from [`bind_server_socket_v6`]) from a new thread.
+///
+/// Without the guest guard: it answers any client that reaches the bridge, as KubeVirt. A guest NIC's server is [`spawn_guest`]/[`spawn_guest_v6`].
 pub fn spawn_v6(socket: UdpSocket, config: V6Config) -> Result<ServerHandle, ServeError> {
     spawn_loop(socket, v6_handler(config))
 }
