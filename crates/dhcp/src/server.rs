@@ -16,11 +16,13 @@ use std::time::Duration;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::{ConfigError, ServerConfig};
+use crate::guard::{self, DropLog, Frame};
+use crate::tap::{self, GuestSockets};
 use crate::v4;
 use crate::v6::{self, V6Config};
 
 /// How often the loop checks its stop flag while no packet arrives.
-const POLL_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Errors of the socket loop.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +30,9 @@ pub enum ServeError {
     /// The configuration cannot be served.
     #[error("invalid DHCP server config: {0}")]
     Config(#[from] ConfigError),
+    /// A guest NIC's server needs the guest's MAC to know whom to answer.
+    #[error("a guest NIC's DHCP server needs the guest MAC (client_mac)")]
+    NoGuestMac,
     /// The socket failed.
     #[error("DHCP socket: {0}")]
     Io(#[from] io::Error),
@@ -72,12 +77,12 @@ pub fn bind_server_socket_v6(ifname: &str) -> io::Result<UdpSocket> {
 }
 
 /// Runs `bind` on a short-lived thread that has entered the network namespace at `netns`
-/// (e.g. `/run/netns/<name>`) and hands the socket back: sockets keep the namespace they were
+/// (e.g. `/run/netns/<name>`) and hands the socket (or [`crate::GuestSockets`]) back: sockets keep the namespace they were
 /// created in, and no other thread ever changes namespace.
-pub fn bind_in_netns(
+pub fn bind_in_netns<T: Send + 'static>(
     netns: &std::path::Path,
-    bind: impl FnOnce() -> io::Result<UdpSocket> + Send + 'static,
-) -> io::Result<UdpSocket> {
+    bind: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
     use std::os::fd::AsRawFd;
     let file = std::fs::File::open(netns)
         .map_err(|error| io::Error::new(error.kind(), format!("{}: {error}", netns.display())))?;
@@ -103,7 +108,12 @@ pub struct ServeStats {
     pub replied: AtomicU64,
     /// Datagrams that were not DHCP messages.
     pub malformed: AtomicU64,
+    /// Requests dropped because they were not the guest's own (guest servers only).
+    pub dropped: AtomicU64,
 }
+
+/// At most one "dropped" log line per interval and server.
+const DROP_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Serves `config` on `socket` until `stop` is set (checked at least every 100 ms). Replies are
 /// broadcast to `255.255.255.255:68` on the socket's device: the guest has no address yet, and
@@ -235,13 +245,128 @@ impl Drop for ServerHandle {
     }
 }
 
+/// Which family a guest server answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    V4,
+    V6,
+}
+
+/// Serves `config` to the guest behind the tap of `sockets` (from [`tap::bind_guest_v4`]) from a
+/// new thread, answering only requests that arrive on that tap from `config.client_mac` and
+/// name it as chaddr ([`guard::admit_v4`]); everything else is dropped and counted in
+/// [`ServeStats::dropped`], logged at most once per 10 s.
+pub fn spawn_guest(sockets: GuestSockets, config: ServerConfig) -> Result<ServerHandle, ServeError> {
+    config.validate()?;
+    let mac = config.client_mac.ok_or(ServeError::NoGuestMac)?;
+    spawn_guest_loop(sockets, mac, Family::V4, v4_handler(config))
+}
+
+/// Serves DHCPv6 `config` to the guest `guest_mac` behind the tap of `sockets` (from
+/// [`tap::bind_guest_v6`]) from a new thread, with [`guard::admit_v6`] in front.
+pub fn spawn_guest_v6(
+    sockets: GuestSockets,
+    config: V6Config,
+    guest_mac: [u8; 6],
+) -> Result<ServerHandle, ServeError> {
+    spawn_guest_loop(sockets, guest_mac, Family::V6, v6_handler(config))
+}
+
+fn spawn_guest_loop(
+    sockets: GuestSockets,
+    mac: [u8; 6],
+    family: Family,
+    handler: Handler,
+) -> Result<ServerHandle, ServeError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let stats = Arc::new(ServeStats::default());
+    let thread = std::thread::Builder::new()
+        .name("weft-dhcp-guest".into())
+        .spawn({
+            let stop = stop.clone();
+            let stats = stats.clone();
+            move || run_guest_loop(&sockets, mac, family, &stop, &stats, handler)
+        })?;
+    Ok(ServerHandle {
+        stop,
+        stats,
+        thread: Some(thread),
+    })
+}
+
+/// The client's address of an admitted DHCPv6 frame (IPv6 source, UDP source port), scoped to
+/// the bridge the reply leaves on.
+fn v6_client(frame: &Frame<'_>, scope: u32) -> Option<SocketAddr> {
+    let ip: [u8; 16] = frame.bytes.get(22..38)?.try_into().ok()?;
+    let port = u16::from_be_bytes(frame.bytes.get(54..56)?.try_into().ok()?);
+    Some(SocketAddr::V6(SocketAddrV6::new(
+        Ipv6Addr::from(ip),
+        port,
+        0,
+        scope,
+    )))
+}
+
+fn run_guest_loop(
+    sockets: &GuestSockets,
+    mac: [u8; 6],
+    family: Family,
+    stop: &AtomicBool,
+    stats: &ServeStats,
+    handler: Handler,
+) -> Result<(), ServeError> {
+    let mut buffer = vec![0u8; 2048];
+    let mut log = DropLog::new(DROP_LOG_INTERVAL);
+    let unspecified = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+    while !stop.load(Ordering::Relaxed) {
+        let Some(frame) = tap::recv_frame(&sockets.frames, &mut buffer)? else {
+            continue;
+        };
+        stats.received.fetch_add(1, Ordering::Relaxed);
+        let admitted = match family {
+            Family::V4 => guard::admit_v4(&frame, sockets.tap_ifindex, mac).map(|m| (m, unspecified)),
+            Family::V6 => guard::admit_v6(&frame, sockets.tap_ifindex, mac).and_then(|m| {
+                v6_client(&frame, sockets.bridge_ifindex)
+                    .map(|source| (m, source))
+                    .ok_or(guard::Dropped::NotDhcp)
+            }),
+        };
+        let (message, source) = match admitted {
+            Ok(admitted) => admitted,
+            Err(reason) => {
+                stats.dropped.fetch_add(1, Ordering::Relaxed);
+                if let Some(count) = log.record(std::time::Instant::now()) {
+                    tracing::warn!(%reason, count, tap = sockets.tap_ifindex, "DHCP requests dropped: not the guest's");
+                }
+                continue;
+            }
+        };
+        match handler(message, source) {
+            Handled::Malformed => {
+                stats.malformed.fetch_add(1, Ordering::Relaxed);
+            }
+            Handled::Ignored => {}
+            Handled::Reply(bytes, destination) => {
+                sockets.udp.send_to(&bytes, destination)?;
+                stats.replied.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Validates `config`, then serves it on `socket` from a new thread.
+///
+/// Without the guest guard: it answers whatever reaches the bridge (filtered by chaddr only, as
+/// KubeVirt). A guest NIC's server is [`spawn_guest`]/[`spawn_guest_v6`].
 pub fn spawn(socket: UdpSocket, config: ServerConfig) -> Result<ServerHandle, ServeError> {
     config.validate()?;
     spawn_loop(socket, v4_handler(config))
 }
 
 /// Serves DHCPv6 `config` on `socket` (from [`bind_server_socket_v6`]) from a new thread.
+///
+/// Without the guest guard: it answers any client that reaches the bridge, as KubeVirt. A guest NIC's server is [`spawn_guest`]/[`spawn_guest_v6`].
 pub fn spawn_v6(socket: UdpSocket, config: V6Config) -> Result<ServerHandle, ServeError> {
     spawn_loop(socket, v6_handler(config))
 }

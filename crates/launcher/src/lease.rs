@@ -16,7 +16,8 @@ use crate::pod_link::PodRoute;
 pub struct GuestLease {
     /// The interface the servers listen on (the `k6t-…` bridge).
     pub server_interface: String,
-    /// Serve only this client MAC (bridge binding); `None` serves any client (masquerade).
+    /// Serve only this client MAC, the guest NIC's (both bindings: KubeVirt's masquerade server
+    /// answers any MAC, weft's does not); `None` would serve any client.
     pub client_mac: Option<MacAddress>,
     /// Option 26, the interface MTU.
     pub mtu: u16,
@@ -113,9 +114,11 @@ pub fn bridge_lease(
 }
 
 /// The masquerade lease: the guest gets the VM network's guest address, the gateway is the
-/// router and the server; any client MAC is served. `None` when neither family is enabled.
+/// router and the server; only `guest_mac` is served (KubeVirt serves any MAC here: then any
+/// frame on the bridge could take the guest's address). `None` when neither family is enabled.
 pub fn masquerade_lease(
     bridge: &str,
+    guest_mac: MacAddress,
     ipv4: Option<MasqueradePair<Ipv4Net>>,
     ipv6: Option<MasqueradePair<Ipv6Net>>,
     mtu: u16,
@@ -125,7 +128,7 @@ pub fn masquerade_lease(
     }
     Some(GuestLease {
         server_interface: bridge.to_string(),
-        client_mac: None,
+        client_mac: Some(guest_mac),
         mtu,
         ipv4: ipv4.map(|pair| LeaseV4 {
             server_ip: pair.gateway.addr(),

@@ -402,13 +402,14 @@ fn plan_masquerade(
         ));
     }
 
-    let lease = masquerade_lease(&bridge, v4, v6, mtu16(link.mtu));
+    let guest_mac = request.guest_mac.unwrap_or(link.mac);
+    let lease = masquerade_lease(&bridge, guest_mac, v4, v6, mtu16(link.mtu));
     Ok(WiringPlan {
         pod_iface: request.pod_iface.clone(),
         names,
         steps,
         lease,
-        guest_mac: request.guest_mac.unwrap_or(link.mac),
+        guest_mac,
         mtu: link.mtu,
         pod_ips: pod_ipv4.into_iter().chain(pod_ipv6).map(|a| a.addr()).collect(),
         detached_pod_link: None,

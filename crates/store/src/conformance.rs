@@ -32,6 +32,7 @@ macro_rules! store_conformance_tests {
             finalizers_hold_deletion,
             list_selects_by_namespace_labels_and_fields,
             cluster_scoped_objects,
+            create_rejects_invalid_names,
             watch_from_version_sees_every_change_in_order,
             watch_without_version_starts_with_added,
             watch_applies_selectors,
@@ -355,6 +356,49 @@ pub async fn cluster_scoped_objects(store: Arc<dyn Store>) {
         .unwrap_err();
     assert!(matches!(err, crate::StoreError::Invalid(_)), "{err}");
     assert!(store.delete(&nodes(), None, "n1", None).await.unwrap().is_some());
+}
+
+/// Names the API server refuses (`/`, `..`, upper case, 300 characters, a bad namespace) are
+/// refused on create with an invalid-object error naming the field, and nothing is stored.
+pub async fn create_rejects_invalid_names(store: Arc<dyn Store>) {
+    let long = "a".repeat(300);
+    for (namespace, name, field) in [
+        ("ns", "a/b", "metadata.name"),
+        ("ns", "..", "metadata.name"),
+        ("ns", "Upper", "metadata.name"),
+        ("ns", long.as_str(), "metadata.name"),
+        ("Bad_NS", "ok", "metadata.namespace"),
+    ] {
+        let err = store
+            .create(&pods(), pod(namespace, name, "x", "n1"))
+            .await
+            .unwrap_err();
+        assert!(err.is_invalid(), "{name}: {err}");
+        let text = err.to_string();
+        assert!(text.contains(&format!("{field}: Invalid value")), "{text}");
+        assert!(text.contains("is invalid"), "{text}");
+    }
+    let err = store
+        .create(&nodes(), Object::new(&nodes(), None, "Node/1"))
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid(), "{err}");
+    assert!(
+        store
+            .list(&pods(), None, &ListOptions::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert!(
+        store
+            .list(&nodes(), None, &ListOptions::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
 }
 
 /// A watch from a resourceVersion delivers every later change of its kind, in order.

@@ -36,6 +36,10 @@ pub enum StoreError {
     /// The object is malformed for this operation (missing name, wrong kind, bad JSON...).
     #[error("invalid object: {0}")]
     Invalid(String),
+    /// Metadata the API server would refuse (an invalid name or namespace); displays as its
+    /// 422 message.
+    #[error(transparent)]
+    InvalidObject(#[from] crate::names::InvalidObject),
     /// A watch asked for changes the store no longer keeps (compacted): re-list, then watch again.
     #[error("resourceVersion expired: {0}")]
     Expired(String),
@@ -55,6 +59,10 @@ impl StoreError {
     /// True for [`StoreError::Conflict`].
     pub fn is_conflict(&self) -> bool {
         matches!(self, StoreError::Conflict { .. })
+    }
+    /// True for [`StoreError::Invalid`] and [`StoreError::InvalidObject`].
+    pub fn is_invalid(&self) -> bool {
+        matches!(self, StoreError::Invalid(_) | StoreError::InvalidObject(_))
     }
     /// True for [`StoreError::Expired`].
     pub fn is_expired(&self) -> bool {

@@ -475,7 +475,7 @@ pub fn status_of(e: &StoreError) -> (StatusCode, Value) {
         StoreError::NotFound { .. } => (404, "NotFound"),
         StoreError::AlreadyExists { .. } => (409, "AlreadyExists"),
         StoreError::Conflict { .. } => (409, "Conflict"),
-        StoreError::Invalid(_) => (422, "Invalid"),
+        StoreError::Invalid(_) | StoreError::InvalidObject(_) => (422, "Invalid"),
         StoreError::Expired(_) => (410, "Expired"),
         StoreError::Unavailable(_) => (503, "ServiceUnavailable"),
         StoreError::Backend(_) => (500, "InternalError"),

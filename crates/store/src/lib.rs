@@ -29,6 +29,7 @@ pub mod fake_api;
 #[cfg(feature = "kube")]
 mod kubernetes;
 mod memory;
+pub mod names;
 mod object;
 mod select;
 pub mod semantics;

@@ -32,9 +32,12 @@ pub fn check_identity(ty: &ResourceType, obj: &Object) -> Result<(), StoreError>
     }
 }
 
-/// The object as stored by a create at revision `rv`.
+/// The object as stored by a create at revision `rv`; names are validated as the API server does
+/// ([`crate::names::validate_metadata`]).
 pub fn created(ty: &ResourceType, mut obj: Object, rv: u64) -> Result<Object, StoreError> {
     check_identity(ty, &obj)?;
+    // The API server refuses such names on create; the embedded backends must do it themselves.
+    crate::names::validate_metadata(ty, &obj.metadata)?;
     obj.metadata.uid = Some(new_uid());
     obj.metadata.creation_timestamp = Some(now_rfc3339());
     obj.metadata.deletion_timestamp = None;

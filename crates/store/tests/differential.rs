@@ -99,7 +99,7 @@ fn kind_of(e: &StoreError) -> &'static str {
         StoreError::NotFound { .. } => "not found",
         StoreError::AlreadyExists { .. } => "already exists",
         StoreError::Conflict { .. } => "conflict",
-        StoreError::Invalid(_) => "invalid",
+        StoreError::Invalid(_) | StoreError::InvalidObject(_) => "invalid",
         StoreError::Expired(_) => "expired",
         StoreError::Unavailable(_) => "unavailable",
         StoreError::Backend(_) => "backend",

@@ -56,6 +56,16 @@ pub async fn open_store(state: &Path) -> anyhow::Result<Arc<dyn Store>> {
     }
 }
 
+/// Open the store of a cluster that must already exist, for commands that only talk to one
+/// (`apply`, `get`, `delete`, ...): with the embedded store, a state directory without a store
+/// (no `weft up` ran there, or `weft down` removed it) is an error, and nothing is created.
+pub async fn open_running_store(state: &Path) -> anyhow::Result<Arc<dyn Store>> {
+    if target() == StoreTarget::Embedded && !state.join(STORE_FILE).is_file() {
+        anyhow::bail!("no local cluster at {}: run `weft up`", state.display());
+    }
+    open_store(state).await
+}
+
 /// How a store is named when the agent and a `weft-ipam` process compare theirs: the canonical
 /// path of the embedded store file, of a kubeconfig, or `in-cluster`. `None` when it cannot be
 /// named (the file does not exist): then nothing matches it.
@@ -85,20 +95,11 @@ pub fn known_types() -> Vec<ResourceType> {
     ]
 }
 
-/// The resource type of an object, if weft knows its kind.
-pub fn resource_type_of(object: &Object) -> anyhow::Result<ResourceType> {
+/// The resource type of an object, if weft knows its kind (apiVersion and kind both match).
+pub fn known_type_of(object: &Object) -> Option<ResourceType> {
     known_types()
         .into_iter()
         .find(|t| t.kind == object.kind && t.api_version == object.api_version)
-        .with_context(|| {
-            format!(
-                "{} {}: unknown kind {}/{}",
-                object.kind,
-                object.key(),
-                object.api_version,
-                object.kind
-            )
-        })
 }
 
 /// Resolve a kind as typed on the command line (`vm`, `vmis`, `pod`, `nad`, ...).

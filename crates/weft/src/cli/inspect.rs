@@ -29,7 +29,7 @@ pub struct GetArgs {
 
 pub async fn get(state: &Path, args: GetArgs) -> anyhow::Result<i32> {
     let ty = cluster::resolve_kind(&args.kind)?;
-    let store = cluster::open_store(state).await?;
+    let store = cluster::open_running_store(state).await?;
     let namespace = (ty.namespaced && !args.all_namespaces).then_some(args.namespace.as_str());
     let objects: Vec<Object> = match &args.name {
         Some(name) => vec![
@@ -187,7 +187,7 @@ fn render_table(header: &[String], rows: &[Vec<String>]) -> String {
 
 pub async fn delete(state: &Path, kind: &str, name: &str, namespace: &str) -> anyhow::Result<i32> {
     let ty = cluster::resolve_kind(kind)?;
-    let store = cluster::open_store(state).await?;
+    let store = cluster::open_running_store(state).await?;
     let ns = ty.namespaced.then_some(namespace);
     match store.delete(&ty, ns, name, None).await? {
         Some(_) => println!("{}/{name} deleted", ty.kind.to_lowercase()),
@@ -197,7 +197,7 @@ pub async fn delete(state: &Path, kind: &str, name: &str, namespace: &str) -> an
 }
 
 pub async fn set_running(state: &Path, name: &str, namespace: &str, running: bool) -> anyhow::Result<i32> {
-    let store = cluster::open_store(state).await?;
+    let store = cluster::open_running_store(state).await?;
     let api = weft_store::Api::<weft_vm::VirtualMachine>::namespaced(store, namespace);
     api.modify(name, |vm| {
         let changed = vm.spec.running != Some(running);
@@ -234,7 +234,7 @@ pub fn net_parse(namespace: &str, annotation: &str) -> anyhow::Result<i32> {
 }
 
 pub async fn net_status(state: &Path, pod: &str, namespace: &str) -> anyhow::Result<i32> {
-    let store = cluster::open_store(state).await?;
+    let store = cluster::open_running_store(state).await?;
     let pod = weft_store::Api::<crate::kinds::Pod>::namespaced(store, namespace)
         .get(pod)
         .await?
@@ -251,7 +251,7 @@ pub async fn net_status(state: &Path, pod: &str, namespace: &str) -> anyhow::Res
 }
 
 pub async fn ipam_list(state: &Path, network: Option<&str>) -> anyhow::Result<i32> {
-    let store = cluster::open_store(state).await?;
+    let store = cluster::open_running_store(state).await?;
     let mut reservations = weft_store::Api::<weft_ipam::IpReservation>::all(store)
         .list(&ListOptions::default())
         .await?;
@@ -284,7 +284,7 @@ pub async fn ipam_list(state: &Path, network: Option<&str>) -> anyhow::Result<i3
 }
 
 pub async fn migrate(state: &Path, name: &str, to: Option<&str>, namespace: &str) -> anyhow::Result<i32> {
-    let store = cluster::open_store(state).await?;
+    let store = cluster::open_running_store(state).await?;
     let api = weft_store::Api::<weft_vm::VirtualMachineInstance>::namespaced(store, namespace);
     api.modify(name, |vmi| {
         vmi.metadata.annotations.insert(

@@ -166,12 +166,17 @@ fn wire_interface(
     if let Some(lease) = lease
         && let Some(config) = dhcp_config(&lease, &vmi.metadata.name, &dns, &search)
     {
+        // The server reads requests off the guest's own tap and answers only the guest's MAC
+        // (KubeVirt answers any frame on the bridge).
         let bridge = lease.server_interface.clone();
-        let socket = netns.run_in(move || weft_dhcp::bind_server_socket(&bridge))??;
+        let tap = nic.tap.clone();
+        let sockets = netns
+            .run_in(move || weft_dhcp::bind_guest_v4(&bridge, &tap))?
+            .with_context(|| format!("DHCP sockets on {} / {}", lease.server_interface, nic.tap))?;
         state.dhcp.insert(
             vmi.spec.interfaces()[index].name.clone(),
-            weft_dhcp::spawn(socket, config)
-                .map_err(|e| anyhow::anyhow!("DHCP on {}: {e}", lease.server_interface))?,
+            weft_dhcp::spawn_guest(sockets, config)
+                .with_context(|| format!("DHCP on {}", lease.server_interface))?,
         );
     }
     Ok(nic)
