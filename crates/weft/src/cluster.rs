@@ -56,6 +56,16 @@ pub async fn open_store(state: &Path) -> anyhow::Result<Arc<dyn Store>> {
     }
 }
 
+/// `weft init`: create the embedded store of `state` (an existing one is kept as it is).
+pub async fn init_store(state: &Path) -> anyhow::Result<i32> {
+    if target() != StoreTarget::Embedded {
+        anyhow::bail!("weft init creates an embedded store; the Kubernetes API needs none");
+    }
+    open_store(state).await?;
+    println!("store ready at {}", state.join(STORE_FILE).display());
+    Ok(0)
+}
+
 /// Open the store of a cluster that must already exist, for commands that only talk to one
 /// (`apply`, `get`, `delete`, ...): with the embedded store, a state directory without a store
 /// (no `weft up` ran there, or `weft down` removed it) is an error, and nothing is created.

@@ -181,6 +181,7 @@ pub fn start_agent(node: &Netns, state: &Path, conf_dir: &Path, bin: &Path, extr
 /// script plugins tests add, and `net.d/10-cluster.conflist`, the cluster network (bridge `cni0` +
 /// host-local on `subnet`, default route, leases in `<state>/host-local`). Returns (bin, conf dir).
 pub fn node_files(state: &Path, subnet: &str) -> (PathBuf, PathBuf) {
+    init_store(state);
     let bin = state.join("bin");
     install_plugins(&bin);
     let conf_dir = state.join("net.d");
@@ -193,6 +194,12 @@ pub fn node_files(state: &Path, subnet: &str) -> (PathBuf, PathBuf) {
     });
     std::fs::write(conf_dir.join("10-cluster.conflist"), cluster.to_string()).unwrap();
     (bin, conf_dir)
+}
+
+/// `weft init`: the embedded store of `state`, for tests that run agents without `weft up`.
+pub fn init_store(state: &Path) {
+    let init = weft(state, &["init"]);
+    assert!(init.status.success(), "weft init: {}", text(&init));
 }
 
 /// Write an executable script plugin `name` into `bin`.

@@ -285,6 +285,7 @@ spec:
         );
         let manifest_file = state.join("objects.yaml");
         std::fs::write(&manifest_file, manifests).unwrap();
+        init_store(&state);
         let applied = weft(&state, &["apply", "-f", manifest_file.to_str().unwrap()]);
         assert!(applied.status.success(), "{}", text(&applied));
 

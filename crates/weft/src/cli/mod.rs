@@ -41,6 +41,10 @@ pub enum Command {
     Up(crate::local::UpArgs),
     /// Remove everything the local cluster created.
     Down,
+    /// Create an empty embedded store in the state directory, for agents and controllers run
+    /// by hand on the embedded store (`weft up` creates its own). Commands such as `apply` and
+    /// `get` need an existing store and never create one.
+    Init,
     /// Create or update objects from a YAML/JSON manifest.
     Apply {
         /// Manifest file (`-` for stdin).
@@ -222,6 +226,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Up(args) => crate::local::up(&state, args).await,
         Command::Down => crate::local::down(&state).await,
+        Command::Init => crate::cluster::init_store(&state).await,
         Command::Apply { file } => manifests::apply(&state, &file).await,
         Command::Get(args) => inspect::get(&state, args).await,
         Command::Delete {
