@@ -6,4 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ]; then ./scripts/install-deps.sh; fi
 cargo build --workspace --all-targets
-cargo nextest run --workspace "$@"
+# The leak check runs alone once every other test is done: nextest runs test binaries in
+# parallel, so it cannot be ordered last inside one run.
+cargo nextest run --workspace -E 'not binary(zz_leak_check)' "$@"
+cargo nextest run -p weft-host --test zz_leak_check

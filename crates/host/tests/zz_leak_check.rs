@@ -1,14 +1,25 @@
-//! Leak check, run after the other root test binaries (cargo runs test
-//! targets in name order): no `wt-host-<pid>-<n>` namespace may outlive the
-//! test process `<pid>` that created it. Namespaces of processes still
-//! running (a parallel run) are not leaks.
+//! Leak check: no test namespace may outlive the test process that created it. Every root test
+//! names its namespaces after its process: `wt-host-<pid>-<n>` (weft-host's own tests) and
+//! `wt-<tag><pid>-<n>` (weft-testing's `Netns`, used by every other crate). Namespaces of
+//! processes still running (a parallel run) are not leaks.
+//!
+//! `scripts/test.sh` runs this binary alone, after every other test has finished (nextest runs
+//! test binaries in parallel, so no name order can make it last); in the main run it is
+//! filtered out.
 
 use weft_host::Netns;
 
-const PREFIX: &str = "wt-host-";
-
+/// The pid of the test process that named namespace `name`, when it is a test namespace.
 fn creator_pid(name: &str) -> Option<u32> {
-    name.strip_prefix(PREFIX)?.split('-').next()?.parse().ok()
+    let rest = name.strip_prefix("wt-")?;
+    let (head, counter) = rest.rsplit_once('-')?;
+    counter.parse::<u32>().ok()?;
+    // `host-<pid>` or `<tag><pid>`: the pid is the run of digits at the end of `head`.
+    let digits = head.len() - head.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    if digits == 0 {
+        return None;
+    }
+    head[head.len() - digits..].parse().ok()
 }
 
 #[test]
@@ -26,6 +37,9 @@ fn no_test_namespace_outlives_its_test_process() {
 #[test]
 fn creator_pid_is_read_from_the_name() {
     assert_eq!(creator_pid("wt-host-1234-7"), Some(1234));
-    assert_eq!(creator_pid("wt-dhcp-1234-7"), None);
+    assert_eq!(creator_pid("wt-ak-node1234-0"), Some(1234));
+    assert_eq!(creator_pid("wt-pod99-12"), Some(99));
     assert_eq!(creator_pid("wt-host-x-7"), None);
+    assert_eq!(creator_pid("weft-node1"), None);
+    assert_eq!(creator_pid("wt-br0"), None);
 }
