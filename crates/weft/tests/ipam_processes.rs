@@ -70,6 +70,8 @@ impl Plugin {
             .env("CNI_NETNS", "/var/run/netns/not-entered")
             .env("CNI_PATH", self.dir.path())
             .env("CNI_ARGS", cni_args)
+            // The node allows stores under the test's temp dir (its default roots are elsewhere).
+            .env("WEFT_IPAM_STATE_ROOTS", self.dir.path())
             .env_remove("WEFT_STATE_DIR")
             .env_remove("WEFT_NODE_NAME")
             .env_remove("WEFT_IPAM_SOCKET")

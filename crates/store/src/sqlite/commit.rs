@@ -4,9 +4,10 @@
 //! and answers after the commit. Under load one file lock and one WAL commit serve many writes;
 //! alone, a write is a transaction of its own.
 
-use std::fs::File;
+use std::fs::{File, TryLockError};
+use std::os::fd::AsRawFd;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
@@ -51,6 +52,10 @@ pub(super) struct Writer {
     /// Writers of every process take this `flock` around their transaction: the kernel hands
     /// it over the moment it is released, where SQLite's own lock makes waiters poll.
     turn: File,
+    /// Where `turn` is, for errors.
+    turn_path: PathBuf,
+    /// Longest wait for `turn`.
+    turn_timeout: Duration,
     committed: Arc<watch::Sender<u64>>,
     trim_every: u64,
     retain_changes: u64,
@@ -83,17 +88,20 @@ impl GroupCommit {
 }
 
 impl Writer {
-    /// `conn` is ready (WAL, schema) and at `revision`; `turn` is the writers' `flock` file.
+    /// `conn` is ready (WAL, schema) and at `revision`; `turn` is the writers' `flock` file
+    /// (and its path), waited for at most `turn_timeout`.
     pub(super) fn new(
         conn: Connection,
-        turn: File,
+        (turn, turn_path): (File, PathBuf),
         revision: u64,
-        trim_every: u64,
-        retain_changes: u64,
+        turn_timeout: Duration,
+        (trim_every, retain_changes): (u64, u64),
     ) -> Self {
         Self {
             conn,
             turn,
+            turn_path,
+            turn_timeout,
             committed: Arc::new(watch::channel(revision).0),
             trim_every: trim_every.max(1),
             retain_changes,
@@ -144,7 +152,7 @@ impl Writer {
             return;
         }
         let wait_for_readers = size > TRIM_WAL_ALWAYS;
-        let Ok(_turn) = Turn::take(&self.turn) else {
+        let Ok(_turn) = Turn::take(&self.turn, &self.turn_path, self.turn_timeout) else {
             return;
         };
         if !wait_for_readers {
@@ -192,7 +200,7 @@ impl Writer {
 
     /// Every op in one transaction; the per-op answers and the new head revision if any op wrote.
     fn transact(&mut self, ops: Vec<WriteOp>) -> Result<(Vec<Answer>, Option<u64>), StoreError> {
-        let _turn = Turn::take(&self.turn)?;
+        let _turn = Turn::take(&self.turn, &self.turn_path, self.turn_timeout)?;
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -234,19 +242,55 @@ impl Writer {
 }
 
 /// Holding the cross-process writer turn; released on drop.
-struct Turn<'a>(&'a File);
+enum Turn<'a> {
+    /// Taken on the writer's own open file.
+    Mine(&'a File),
+    /// Taken after a wait, on a file of its own (closing it releases the lock).
+    Waited(#[allow(dead_code)] File),
+}
 
 impl<'a> Turn<'a> {
-    fn take(file: &'a File) -> Result<Self, StoreError> {
-        file.lock()
-            .map_err(|e| StoreError::Unavailable(format!("taking the store writer lock: {e}")))?;
-        Ok(Self(file))
+    /// Take the turn, waiting at most `timeout`: an unbounded wait would let whoever holds the
+    /// lock (a stuck process, or anyone who could open the file) stop every writer.
+    fn take(file: &'a File, path: &Path, timeout: Duration) -> Result<Self, StoreError> {
+        let failed = |e: std::io::Error| {
+            StoreError::Unavailable(format!("taking the store writer lock {}: {e}", path.display()))
+        };
+        match file.try_lock() {
+            Ok(()) => return Ok(Self::Mine(file)),
+            Err(TryLockError::WouldBlock) => {}
+            Err(TryLockError::Error(e)) => return Err(failed(e)),
+        }
+        // flock has no timeout. A helper thread blocks on a new open file description of the
+        // same file (so the kernel still hands the lock over the moment it is free, no
+        // polling); if we stop waiting first, the helper's file is dropped, and with it the
+        // lock, whenever it gets it.
+        let waiter = File::open(format!("/proc/self/fd/{}", file.as_raw_fd())).map_err(failed)?;
+        let (taken, turn) = mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("weft-store-turn".into())
+            .spawn(move || {
+                if waiter.lock().is_ok() {
+                    let _ = taken.send(waiter);
+                }
+            })
+            .map_err(failed)?;
+        match turn.recv_timeout(timeout) {
+            Ok(waited) => Ok(Self::Waited(waited)),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "store writer lock {} held by another process for {} s",
+                path.display(),
+                timeout.as_secs_f64()
+            ))),
+        }
     }
 }
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        let _ = self.0.unlock();
+        if let Self::Mine(file) = self {
+            let _ = file.unlock();
+        }
     }
 }
 
