@@ -74,6 +74,10 @@ impl Node {
     }
 
     fn run(&self, verb: &str, container: &str, config: &Value) -> Answer {
+        self.run_with_args(verb, container, "", config)
+    }
+
+    fn run_with_args(&self, verb: &str, container: &str, cni_args: &str, config: &Value) -> Answer {
         let bin = self.dir.path().join("bin");
         std::fs::create_dir_all(self.root()).unwrap();
         let mut child = Command::new(bin.join("weft-ipam"))
@@ -82,6 +86,7 @@ impl Node {
             .env("CNI_IFNAME", "net1")
             .env("CNI_NETNS", "/var/run/netns/not-entered")
             .env("CNI_PATH", &bin)
+            .env("CNI_ARGS", cni_args)
             .env("WEFT_IPAM_STATE_ROOTS", self.root())
             .env_remove("WEFT_STATE_DIR")
             .env_remove("WEFT_NODE_NAME")
@@ -441,4 +446,92 @@ fn invalid_configs_are_refused_before_any_store_exists() {
         entries(&state)
     );
     assert_eq!(entries(&node.root()), Vec::<String>::new());
+}
+
+/// `weft ipam check` after a store lost a reservation (the state a truncated store restored
+/// from a backup leaves): it names the address a running pod holds without a reservation, and
+/// says nothing of addresses outside weft-ipam pools; on a consistent store it says ok.
+#[test]
+fn ipam_check_names_addresses_held_without_a_reservation() {
+    let node = Node::new();
+    let config = node.config(&node.state(), "10.61.0.0/24");
+    let add = |pod: &str| {
+        let answer = node.run_with_args(
+            "ADD",
+            &format!("c-{pod}"),
+            &format!("K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod}"),
+            &config,
+        );
+        assert!(answer.ok(), "{}", answer.raw);
+        answer.stdout["ips"][0]["address"]
+            .as_str()
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let (ip_a, ip_b) = (add("a"), add("b"));
+    // The cluster as the check sees it: the NAD, and the pods with their network-status.
+    let objects: Vec<weft_store::Object> = [
+        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+               "metadata": {"name": "blue", "namespace": "default"},
+               "spec": {"config": config.to_string()}}),
+        pod_with_status("a", "c-a", &[&ip_a]),
+        pod_with_status("b", "c-b", &[&ip_b, "192.168.9.9"]),
+    ]
+    .into_iter()
+    .map(|o| serde_json::from_value(o).unwrap())
+    .collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let store = weft_store::SqliteStore::open(node.state().join("store.db")).unwrap();
+        for obj in objects {
+            let ty = match obj.kind.as_str() {
+                "Pod" => weft_store::ResourceType::new("v1", "Pod", "pods", true),
+                _ => weft_store::ResourceType::new(
+                    "k8s.cni.cncf.io/v1",
+                    "NetworkAttachmentDefinition",
+                    "network-attachment-definitions",
+                    true,
+                ),
+            };
+            weft_store::Store::create(&store, &ty, obj).await.unwrap();
+        }
+    });
+    let out = weft(&node.state(), &["ipam", "check"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(stdout.contains("passed its integrity check"), "{stdout}");
+    assert!(stdout.contains("ok: nothing to repair"), "{stdout}");
+    // b's reservation is lost while b still runs with the address.
+    let answer = node.run_with_args("DEL", "c-b", "K8S_POD_NAMESPACE=default;K8S_POD_NAME=b", &config);
+    assert!(answer.ok(), "{}", answer.raw);
+    for args in [&["ipam", "check"][..], &["ipam", "check", "--repair"][..]] {
+        let out = weft(&node.state(), args);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out));
+        assert!(
+            stdout.contains(&format!(
+                "unreserved: {ip_b} is held by default/b with no reservation"
+            )),
+            "{stdout}"
+        );
+        assert!(
+            !stdout.contains("192.168.9.9") && !stdout.contains(&format!("{ip_a} ")),
+            "{stdout}"
+        );
+    }
+}
+
+fn pod_with_status(name: &str, sandbox: &str, ips: &[&str]) -> Value {
+    let status = json!([{"name": "default/blue", "interface": "net1", "ips": ips, "dns": {}}]);
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
+                        "annotations": {"weft.dev/sandbox-id": sandbox,
+                                        "k8s.v1.cni.cncf.io/network-status": status.to_string()}},
+           "spec": {"nodeName": "n1"}})
 }
