@@ -277,3 +277,56 @@ fn state_dirs_are_walked_under_their_root_without_links() {
     let err = prepare_state_dir_under(&root, &elsewhere).unwrap_err();
     assert!(err.to_string().contains("is not under"), "{err}");
 }
+
+fn turn_helpers() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter(|t| {
+            let comm = t.as_ref().unwrap().path().join("comm");
+            std::fs::read_to_string(comm).is_ok_and(|c| c.trim() == "weft-store-turn")
+        })
+        .count()
+}
+
+/// Writes that time out on a lock held for long leave one blocked helper thread, not one each;
+/// and the helper never keeps the lock once it is free: another process gets it without this
+/// store writing again.
+#[tokio::test]
+async fn timed_out_waits_share_one_helper_that_never_keeps_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    let lock = dir.path().join("store.db-writer.lock");
+    let store = SqliteStore::open_with(
+        &path,
+        SqliteOptions {
+            busy_timeout: Duration::from_millis(200),
+            ..SqliteOptions::default()
+        },
+    )
+    .unwrap();
+    let holder = std::fs::File::open(&lock).unwrap();
+    holder.lock().unwrap();
+    for i in 0..4 {
+        let err = store
+            .create(&pods(), pod("ns", &format!("p{i}"), "x", "n1"))
+            .await
+            .expect_err("the lock is held");
+        assert!(err.to_string().contains("held by another process"), "{err}");
+    }
+    assert_eq!(turn_helpers(), 1);
+    drop(holder);
+    let other = std::fs::File::open(&lock).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while other.try_lock().is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the lock stayed taken after its holder let go"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(other);
+    store
+        .create(&pods(), pod("ns", "after", "x", "n1"))
+        .await
+        .unwrap();
+}

@@ -51,11 +51,7 @@ pub(super) struct Writer {
     conn: Connection,
     /// Writers of every process take this `flock` around their transaction: the kernel hands
     /// it over the moment it is released, where SQLite's own lock makes waiters poll.
-    turn: File,
-    /// Where `turn` is, for errors.
-    turn_path: PathBuf,
-    /// Longest wait for `turn`.
-    turn_timeout: Duration,
+    turn: TurnLock,
     committed: Arc<watch::Sender<u64>>,
     trim_every: u64,
     retain_changes: u64,
@@ -99,9 +95,12 @@ impl Writer {
     ) -> Self {
         Self {
             conn,
-            turn,
-            turn_path,
-            turn_timeout,
+            turn: TurnLock {
+                file: turn,
+                path: turn_path,
+                timeout: turn_timeout,
+                waiting: None,
+            },
             committed: Arc::new(watch::channel(revision).0),
             trim_every: trim_every.max(1),
             retain_changes,
@@ -152,7 +151,7 @@ impl Writer {
             return;
         }
         let wait_for_readers = size > TRIM_WAL_ALWAYS;
-        let Ok(_turn) = Turn::take(&self.turn, &self.turn_path, self.turn_timeout) else {
+        let Ok(_turn) = self.turn.take() else {
             return;
         };
         if !wait_for_readers {
@@ -200,7 +199,7 @@ impl Writer {
 
     /// Every op in one transaction; the per-op answers and the new head revision if any op wrote.
     fn transact(&mut self, ops: Vec<WriteOp>) -> Result<(Vec<Answer>, Option<u64>), StoreError> {
-        let _turn = Turn::take(&self.turn, &self.turn_path, self.turn_timeout)?;
+        let _turn = self.turn.take()?;
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -241,56 +240,89 @@ impl Writer {
     }
 }
 
-/// Holding the cross-process writer turn; released on drop.
-enum Turn<'a> {
-    /// Taken on the writer's own open file.
-    Mine(&'a File),
-    /// Taken after a wait, on a file of its own (closing it releases the lock).
-    Waited(#[allow(dead_code)] File),
+/// The writers' `flock` file and how it is waited for.
+struct TurnLock {
+    file: File,
+    /// Where `file` is, for errors.
+    path: PathBuf,
+    /// Longest wait.
+    timeout: Duration,
+    /// The helper of a wait that timed out, still blocked on the lock: the next wait goes on
+    /// with it rather than starting another (a lock held for hours leaves one blocked thread,
+    /// not one per write).
+    waiting: Option<mpsc::Receiver<()>>,
 }
 
-impl<'a> Turn<'a> {
-    /// Take the turn, waiting at most `timeout`: an unbounded wait would let whoever holds the
+impl TurnLock {
+    /// Take the turn, waiting at most the timeout: an unbounded wait would let whoever holds the
     /// lock (a stuck process, or anyone who could open the file) stop every writer.
-    fn take(file: &'a File, path: &Path, timeout: Duration) -> Result<Self, StoreError> {
-        let failed = |e: std::io::Error| {
-            StoreError::Unavailable(format!("taking the store writer lock {}: {e}", path.display()))
-        };
-        match file.try_lock() {
-            Ok(()) => return Ok(Self::Mine(file)),
-            Err(TryLockError::WouldBlock) => {}
-            Err(TryLockError::Error(e)) => return Err(failed(e)),
+    fn take(&mut self) -> Result<Turn<'_>, StoreError> {
+        let deadline = std::time::Instant::now() + self.timeout;
+        loop {
+            match self.file.try_lock() {
+                Ok(()) => return Ok(Turn(&self.file)),
+                Err(TryLockError::WouldBlock) => {}
+                Err(TryLockError::Error(e)) => return Err(self.failed(e)),
+            }
+            let freed = match self.waiting.take() {
+                Some(freed) => freed,
+                None => self.watch_for_release()?,
+            };
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match freed.recv_timeout(left) {
+                // Free a moment ago: try again (another process may have been quicker).
+                Ok(()) => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.waiting = Some(freed);
+                    return Err(StoreError::Unavailable(format!(
+                        "store writer lock {} held by another process for {} s",
+                        self.path.display(),
+                        self.timeout.as_secs_f64()
+                    )));
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(StoreError::Unavailable(format!(
+                        "taking the store writer lock {}: the wait failed",
+                        self.path.display()
+                    )));
+                }
+            }
         }
-        // flock has no timeout. A helper thread blocks on a new open file description of the
-        // same file (so the kernel still hands the lock over the moment it is free, no
-        // polling); if we stop waiting first, the helper's file is dropped, and with it the
-        // lock, whenever it gets it.
-        let waiter = File::open(format!("/proc/self/fd/{}", file.as_raw_fd())).map_err(failed)?;
-        let (taken, turn) = mpsc::sync_channel(1);
+    }
+
+    /// flock has no timeout. A helper thread blocks on a new open file description of the same
+    /// file (so it wakes the moment the lock is free, no polling), releases it at once and says
+    /// so; the lock is never kept by a helper nobody waits for.
+    fn watch_for_release(&self) -> Result<mpsc::Receiver<()>, StoreError> {
+        let waiter =
+            File::open(format!("/proc/self/fd/{}", self.file.as_raw_fd())).map_err(|e| self.failed(e))?;
+        let (freed, watch) = mpsc::sync_channel(1);
         std::thread::Builder::new()
             .name("weft-store-turn".into())
             .spawn(move || {
                 if waiter.lock().is_ok() {
-                    let _ = taken.send(waiter);
+                    drop(waiter);
+                    let _ = freed.send(());
                 }
             })
-            .map_err(failed)?;
-        match turn.recv_timeout(timeout) {
-            Ok(waited) => Ok(Self::Waited(waited)),
-            Err(_) => Err(StoreError::Unavailable(format!(
-                "store writer lock {} held by another process for {} s",
-                path.display(),
-                timeout.as_secs_f64()
-            ))),
-        }
+            .map_err(|e| self.failed(e))?;
+        Ok(watch)
+    }
+
+    fn failed(&self, e: std::io::Error) -> StoreError {
+        StoreError::Unavailable(format!(
+            "taking the store writer lock {}: {e}",
+            self.path.display()
+        ))
     }
 }
 
+/// Holding the cross-process writer turn; released on drop.
+struct Turn<'a>(&'a File);
+
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        if let Self::Mine(file) = self {
-            let _ = file.unlock();
-        }
+        let _ = self.0.unlock();
     }
 }
 
