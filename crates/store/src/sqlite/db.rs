@@ -196,10 +196,19 @@ impl Db {
     pub(super) fn open(path: &Path, options: SqliteOptions) -> Result<Self, StoreError> {
         let context = path.display().to_string();
         let lock_path = files::sibling(path, "-writer.lock");
-        let existing = files::check_store_files(path)?;
+        let mut existing = files::check_store_files(path)?;
         let turn = files::open_lock_file(&lock_path)?;
+        if existing.is_none() {
+            super::fresh::create_store(path, &context)?;
+            // Ours, or another process's made at the same moment: checked like any store.
+            existing = files::check_store_files(path)?;
+        }
         match existing {
-            None => super::fresh::create_store(path, &context)?,
+            None => {
+                return Err(StoreError::Unavailable(format!(
+                    "{context} vanished right after it was created"
+                )));
+            }
             Some(0) => {
                 return Err(StoreError::Refused(format!(
                     "{context} is empty (0 bytes): a store that existed is never started afresh \

@@ -14,7 +14,12 @@ use crate::StoreError;
 /// store file that is empty or schema-less is known to be damaged. Concurrent first opens each
 /// make one; the first link wins and the others use it.
 pub(super) fn create_store(path: &Path, context: &str) -> Result<(), StoreError> {
+    // A WAL without its store means the store went away — unless another process has just
+    // linked its new store into place and opened it (it links before it opens): look again.
     if files::check_path(&files::sibling(path, "-wal"), files::Expect::File)?.is_some() {
+        if files::check_path(path, files::Expect::File)?.is_some() {
+            return Ok(());
+        }
         return Err(StoreError::Refused(format!(
             "{context} is missing but its write-ahead log {context}-wal is there: the store was \
              removed or moved; restore it, or remove the -wal and -shm files to start an empty store"
