@@ -400,13 +400,15 @@ fn damaged_pages_fail_clearly() {
     let pages = std::fs::metadata(&store).unwrap().len() / 4096;
     assert!(pages >= 40, "store of {pages} pages");
     scribble(&store, pages * 2 / 5..pages * 3 / 5);
-    let out = weft(&node.state(), &["ipam", "list"]);
-    assert!(!out.status.success(), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("failed its integrity check"),
-        "{}",
-        text(&out)
-    );
+    for args in [&["ipam", "list"][..], &["ipam", "check"][..]] {
+        let out = weft(&node.state(), args);
+        assert!(!out.status.success(), "{args:?}: {}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("failed its integrity check"),
+            "{args:?}: {}",
+            text(&out)
+        );
+    }
     // Every page after the schema's: the ADD's own lookups meet the damage.
     scribble(&store, 1..pages);
     let before = std::fs::read(&store).unwrap();

@@ -113,7 +113,7 @@ pub(super) fn backend(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreErr
             StoreError::Unavailable(format!("{context}: {e}"))
         } else if is_damage(&e) {
             StoreError::Refused(format!(
-                "{context}: the store file is damaged ({e}); `weft ipam check` reports what it holds"
+                "{context}: the store file is damaged ({e}); restore it from a backup (`weft ipam check` verifies the restored store)"
             ))
         } else {
             StoreError::Backend(format!("{context}: {e}"))
@@ -650,7 +650,7 @@ fn quick_check(conn: &Connection, context: &str) -> Result<(), Attempt> {
         return Ok(());
     }
     Err(Attempt::Failed(StoreError::Refused(format!(
-        "{context} failed its integrity check: {}; `weft ipam check` reports what it holds",
+        "{context} failed its integrity check: {}; restore it from a backup (`weft ipam check` verifies the restored store)",
         found.join("; ")
     ))))
 }
