@@ -179,6 +179,7 @@ fn parse_range(
     let text = opt_str(obj, path, "range")?.ok_or_else(|| ConfigError::new(key(path, "range"), "missing"))?;
     let (subnet, mut start, mut end) =
         parse_range_text(text).map_err(|m| ConfigError::new(key(path, "range"), m))?;
+    check_prefix(&subnet).map_err(|m| ConfigError::new(key(path, "range"), m))?;
     if let Some(s) = opt_ip(obj, path, "range_start")? {
         start = Some(s);
     }
@@ -208,6 +209,26 @@ fn parse_range(
     };
     AddressRange::new(subnet, start, end, &exclude, gateway)
         .map_err(|e| ConfigError::new(key(path, &e.field), e.message))
+}
+
+/// Shortest IPv4 prefix a range may have: a /8 is already 16 million addresses, and a shorter
+/// one (up to `0.0.0.0/0`) would hand out addresses of every other network, results with
+/// on-link routes to them included.
+pub const MIN_IPV4_PREFIX: u8 = 8;
+/// Shortest IPv6 prefix a range may have (`::/0` and its like cover every other network).
+pub const MIN_IPV6_PREFIX: u8 = 16;
+
+fn check_prefix(subnet: &IpNet) -> Result<(), String> {
+    let (min, family) = match subnet {
+        IpNet::V4(_) => (MIN_IPV4_PREFIX, "IPv4"),
+        IpNet::V6(_) => (MIN_IPV6_PREFIX, "IPv6"),
+    };
+    if subnet.prefix_len() < min {
+        return Err(format!(
+            "{subnet} is too wide: an {family} range needs a prefix of /{min} or longer"
+        ));
+    }
+    Ok(())
 }
 
 /// `10.0.0.0/24` or whereabouts' `10.0.0.10-10.0.0.20/24` (start-end inside the CIDR).
@@ -297,6 +318,33 @@ mod tests {
 
     fn parse(ipam: Value) -> Result<IpamConfig, ConfigError> {
         parse_network_config(&json!({"cniVersion": "1.0.0", "name": "blue", "type": "bridge", "ipam": ipam}))
+    }
+
+    #[test]
+    fn ranges_wider_than_the_minimum_prefix_are_refused() {
+        for (range, field) in [
+            ("0.0.0.0/0", "ipam.range"),
+            ("10.0.0.0/7", "ipam.range"),
+            ("::/0", "ipam.range"),
+            ("fd00::/15", "ipam.range"),
+        ] {
+            let err = parse(json!({"type": "weft-ipam", "range": range})).unwrap_err();
+            assert_eq!(err.key, field, "{range}");
+            assert!(err.message.contains("too wide"), "{range}: {err}");
+        }
+        let err = parse(json!({"type": "weft-ipam", "ipRanges": [{"range": "10.1.0.0/24"}, {"range": "0.0.0.0-0.0.0.9/0"}]}))
+            .unwrap_err();
+        assert_eq!(err.key, "ipam.ipRanges[1].range");
+        for range in ["10.0.0.0/8", "fd00::/16", "10.0.0.0/30"] {
+            assert!(
+                parse(json!({"type": "weft-ipam", "range": range})).is_ok(),
+                "{range}"
+            );
+        }
+        // A prefix that leaves no address to hand out.
+        let err =
+            parse(json!({"type": "weft-ipam", "range": "10.0.0.4/32", "gateway": "10.0.0.4"})).unwrap_err();
+        assert_eq!(err.key, "ipam.exclude", "{err}");
     }
 
     #[test]

@@ -73,6 +73,8 @@ impl IpamError {
             IpamError::AddressTaken { .. } => codes::ADDRESS_TAKEN,
             IpamError::Contention { .. } => codes::TRY_AGAIN_LATER,
             IpamError::Object(_) => codes::OBJECT_INVALID,
+            // A refused store (unsafe files, damage) will not get better by trying again.
+            IpamError::Store(StoreError::Refused(_)) => codes::IO_FAILURE,
             IpamError::Store(_) => codes::TRY_AGAIN_LATER,
         }
     }

@@ -12,6 +12,7 @@
 //! * [`reconcile`]: which reservations a reconciler may free (pure).
 
 pub mod allocator;
+pub mod check;
 pub mod claim;
 pub mod config;
 mod error;

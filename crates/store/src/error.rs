@@ -46,6 +46,10 @@ pub enum StoreError {
     /// The backend cannot be reached or is not ready.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The store's files are unsafe to use (a link, someone else's, writable by others) or
+    /// damaged (emptied, without weft's schema, malformed pages): refused, never started afresh.
+    #[error("store refused: {0}")]
+    Refused(String),
     /// Any other backend failure.
     #[error("store backend error: {0}")]
     Backend(String),

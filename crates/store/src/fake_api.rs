@@ -478,7 +478,7 @@ pub fn status_of(e: &StoreError) -> (StatusCode, Value) {
         StoreError::Invalid(_) | StoreError::InvalidObject(_) => (422, "Invalid"),
         StoreError::Expired(_) => (410, "Expired"),
         StoreError::Unavailable(_) => (503, "ServiceUnavailable"),
-        StoreError::Backend(_) => (500, "InternalError"),
+        StoreError::Backend(_) | StoreError::Refused(_) => (500, "InternalError"),
     };
     let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                         "message": e.to_string(), "reason": reason, "code": code});

@@ -46,5 +46,5 @@ pub use memory::MemoryStore;
 pub use object::{Object, ObjectMeta, OwnerReference, Resource, ResourceType, new_uid, now_rfc3339};
 pub use select::ListOptions;
 #[cfg(feature = "sqlite")]
-pub use sqlite::{SqliteOptions, SqliteStore};
+pub use sqlite::{SqliteOptions, SqliteStore, prepare_state_dir_under};
 pub use store::{ObjectList, Store, WatchEvent, WatchStream};

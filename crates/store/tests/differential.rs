@@ -103,6 +103,7 @@ fn kind_of(e: &StoreError) -> &'static str {
         StoreError::Expired(_) => "expired",
         StoreError::Unavailable(_) => "unavailable",
         StoreError::Backend(_) => "backend",
+        StoreError::Refused(_) => "refused",
     }
 }
 

@@ -75,13 +75,12 @@ async fn one_shot_openers_keep_the_wal_small() {
 #[tokio::test]
 async fn opening_a_directory_names_the_path() {
     let dir = tempfile::tempdir().unwrap();
-    let err = SqliteStore::open(dir.path())
+    let path = dir.path().join("store.db");
+    std::fs::create_dir(&path).unwrap();
+    let err = SqliteStore::open(&path)
         .err()
         .expect("a directory is not a store file");
-    assert!(
-        err.to_string().contains(&dir.path().display().to_string()),
-        "{err}"
-    );
+    assert!(err.to_string().contains(&path.display().to_string()), "{err}");
 }
 
 #[tokio::test]

@@ -57,6 +57,9 @@ impl Figures {
 }
 
 /// Run one process, feed it `stdin`, and return its stdout (an error on failure).
+/// The directory the plugin processes may keep stores under (`WEFT_IPAM_STATE_ROOTS`).
+static STATE_ROOT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
 fn exec(
     program: &Path,
     env: &[(String, String)],
@@ -72,6 +75,10 @@ fn exec(
         .env("CNI_IFNAME", "net1")
         .env("CNI_NETNS", "/var/run/netns/bench")
         .env("CNI_PATH", cni_path)
+        .env(
+            "WEFT_IPAM_STATE_ROOTS",
+            STATE_ROOT.get().map(|p| p.as_os_str()).unwrap_or_default(),
+        )
         .env_remove("WEFT_NODE_NAME")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -363,6 +370,8 @@ fn main() -> Result<()> {
     let workers = arg(2, 16)?;
     let rounds = arg(3, 3)?;
     let tmp = tempfile::tempdir()?;
+    // The benchmark's stores are under its temp dir, which a node would allow (see weft-ipam).
+    let _ = STATE_ROOT.set(tmp.path().to_path_buf());
     let installed = Command::new(weft_binary()?)
         .args(["install-cni", "--link", "--bin-dir"])
         .arg(tmp.path().join("bin"))

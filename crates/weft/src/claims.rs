@@ -153,8 +153,19 @@ pub async fn reconcile_reservations(store: &Arc<dyn Store>) -> anyhow::Result<us
     let pods = Api::<crate::kinds::Pod>::all(store.clone())
         .list(&ListOptions::default())
         .await?;
-    let live: Vec<weft_ipam::reconcile::LivePod> = pods
-        .iter()
+    let live = live_pods(&pods);
+    let freed = weft_ipam::reconcile::reconcile(store, &live, jiff::Timestamp::now(), RECONCILE_GRACE)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for decision in &freed {
+        tracing::info!("freed a leaked reservation: {decision:?}");
+    }
+    Ok(freed.len())
+}
+
+/// The pods as the reconciler sees them (uid, sandbox, terminating).
+pub fn live_pods(pods: &[crate::kinds::Pod]) -> Vec<weft_ipam::reconcile::LivePod> {
+    pods.iter()
         .map(|p| weft_ipam::reconcile::LivePod {
             namespace: p.metadata.namespace.clone().unwrap_or_default(),
             name: p.metadata.name.clone(),
@@ -166,14 +177,7 @@ pub async fn reconcile_reservations(store: &Arc<dyn Store>) -> anyhow::Result<us
                 .unwrap_or_default(),
             terminating: p.metadata.deletion_timestamp.is_some(),
         })
-        .collect();
-    let freed = weft_ipam::reconcile::reconcile(store, &live, jiff::Timestamp::now(), RECONCILE_GRACE)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    for decision in &freed {
-        tracing::info!("freed a leaked reservation: {decision:?}");
-    }
-    Ok(freed.len())
+        .collect()
 }
 
 /// Pod annotation naming the sandbox (container) id the local runtime created for it.

@@ -35,8 +35,7 @@ pub fn is_kubernetes() -> bool {
 pub async fn open_store(state: &Path) -> anyhow::Result<Arc<dyn Store>> {
     match TARGET.get().cloned().unwrap_or_default() {
         StoreTarget::Embedded => {
-            std::fs::create_dir_all(state)
-                .with_context(|| format!("create state directory {}", state.display()))?;
+            // The store creates a missing state directory itself, 0700 (and checks an existing one).
             let path = state.join(STORE_FILE);
             let store = weft_store::SqliteStore::open(&path)
                 .with_context(|| format!("open store {}", path.display()))?;

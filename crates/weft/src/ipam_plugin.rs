@@ -79,34 +79,134 @@ pub fn default_store(announced: Option<&str>, state_dir_env: Option<PathBuf>) ->
     })
 }
 
-/// The store this process uses for `request`.
-fn store_for(request: &PluginRequest) -> IpamStore {
-    named_store(request.config.ipam()).unwrap_or_else(|| {
-        default_store(
-            std::env::var(crate::protocol::IPAM_DEFAULT_STORE_ENV)
-                .ok()
-                .as_deref(),
-            std::env::var_os("WEFT_STATE_DIR").map(PathBuf::from),
-        )
-    })
+/// Directories (`:`-separated) under which a config's `ipam.stateDir` may name a store, besides
+/// /var/lib/weft, `$WEFT_STATE_DIR` and the node agent's store: set by the node's administrator
+/// in the runtime's environment, out of reach of whoever writes the config.
+pub const STATE_ROOTS_ENV: &str = "WEFT_IPAM_STATE_ROOTS";
+
+/// Why a config's `ipam.stateDir` is refused.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StateDirError {
+    /// Not an absolute path, or one with `.`/`..` components.
+    #[error("ipam.stateDir: {0} is not an absolute path without `.` or `..` components")]
+    NotPlain(PathBuf),
+    /// Under none of the allowed roots.
+    #[error(
+        "ipam.stateDir: {dir} is not under a state directory this node allows ({roots}); the node's administrator can allow more in {STATE_ROOTS_ENV}"
+    )]
+    NotAllowed {
+        /// The directory named.
+        dir: PathBuf,
+        /// The allowed roots, listed.
+        roots: String,
+    },
 }
 
-fn open_embedded(state: &Path) -> Result<Arc<dyn Store>, CniError> {
+/// The roots a config's `ipam.stateDir` may name a directory under, all chosen by the node:
+/// /var/lib/weft, the state directory (`$WEFT_STATE_DIR`), the directory of the store the node
+/// agent announced, and the administrator's list ([`STATE_ROOTS_ENV`]). Relative or non-plain
+/// entries are dropped.
+pub fn state_roots(
+    announced: Option<&str>,
+    state_dir_env: Option<PathBuf>,
+    roots_env: Option<&std::ffi::OsStr>,
+) -> Vec<PathBuf> {
+    let announced_dir = announced
+        .and_then(IpamStore::from_identity)
+        .and_then(|store| match store {
+            IpamStore::Embedded(dir) => Some(dir),
+            IpamStore::Kubernetes(_) => None,
+        });
+    let mut roots: Vec<PathBuf> = [PathBuf::from(weft_ipam::config::DEFAULT_STATE_DIR)]
+        .into_iter()
+        .chain(state_dir_env)
+        .chain(announced_dir)
+        .chain(
+            roots_env
+                .map(|r| std::env::split_paths(r).collect::<Vec<_>>())
+                .unwrap_or_default(),
+        )
+        .filter(|root| is_plain(root))
+        .collect();
+    roots.dedup();
+    roots
+}
+
+/// Absolute, and no `.`/`..` component: compared with another such path, a prefix means
+/// "inside" without asking the filesystem.
+fn is_plain(path: &Path) -> bool {
+    path.is_absolute()
+        && path
+            .as_os_str()
+            .to_str()
+            .is_some_and(|s| !s.split('/').any(|part| part == "." || part == ".."))
+}
+
+/// The root `dir` (a config's `ipam.stateDir`) lies in: the longest of `roots` that contains it.
+pub fn state_root_of(dir: &Path, roots: &[PathBuf]) -> Result<PathBuf, StateDirError> {
+    if !is_plain(dir) {
+        return Err(StateDirError::NotPlain(dir.to_path_buf()));
+    }
+    roots
+        .iter()
+        .filter(|root| dir.starts_with(root))
+        .max_by_key(|root| root.components().count())
+        .cloned()
+        .ok_or_else(|| StateDirError::NotAllowed {
+            dir: dir.to_path_buf(),
+            roots: roots
+                .iter()
+                .map(|r| r.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+/// Where this process finds a call's store: the store, and for an embedded store a config named
+/// (`ipam.stateDir`), the allowed root it lies under.
+fn store_for(request: &PluginRequest) -> Result<(IpamStore, Option<PathBuf>), CniError> {
+    let announced = std::env::var(crate::protocol::IPAM_DEFAULT_STORE_ENV).ok();
+    let state_dir_env = std::env::var_os("WEFT_STATE_DIR").map(PathBuf::from);
+    match named_store(request.config.ipam()) {
+        Some(IpamStore::Embedded(dir)) => {
+            let roots_env = std::env::var_os(STATE_ROOTS_ENV);
+            let roots = state_roots(announced.as_deref(), state_dir_env, roots_env.as_deref());
+            let root = state_root_of(&dir, &roots)
+                .map_err(|e| CniError::new(codes::INVALID_NETWORK_CONFIG, e.to_string()))?;
+            Ok((IpamStore::Embedded(dir), Some(root)))
+        }
+        Some(store) => Ok((store, None)),
+        None => Ok((default_store(announced.as_deref(), state_dir_env), None)),
+    }
+}
+
+/// Open the embedded store in `state`; under `root` when a config named it, so that no
+/// directory between them is a link or someone else's.
+fn open_embedded(state: &Path, root: Option<&Path>) -> Result<Arc<dyn Store>, CniError> {
     let path = state.join(crate::cluster::STORE_FILE);
-    // A plugin process makes a handful of calls and exits: one connection, no extra threads.
+    let failed = |e: weft_store::StoreError| {
+        // A refused store (unsafe files, damage) will not get better by itself.
+        let code = match e {
+            weft_store::StoreError::Refused(_) => codes::IO_FAILURE,
+            _ => codes::TRY_AGAIN_LATER,
+        };
+        CniError::new(code, format!("weft-ipam: cannot open store {}", path.display()))
+            .with_details(e.to_string())
+    };
+    if let Some(root) = root {
+        weft_store::prepare_state_dir_under(root, state).map_err(failed)?;
+    }
+    // A plugin process makes a handful of calls and exits: one connection, no extra threads,
+    // and no integrity scan on open (it grows with the change log; the node agent runs it, and
+    // damage met by a read or write is an error).
     let options = weft_store::SqliteOptions {
         single_connection: true,
+        check_integrity: false,
         ..weft_store::SqliteOptions::default()
     };
     weft_store::SqliteStore::open_with(&path, options)
         .map(|s| Arc::new(s) as Arc<dyn Store>)
-        .map_err(|e| {
-            CniError::new(
-                codes::TRY_AGAIN_LATER,
-                format!("weft-ipam: cannot open store {}", path.display()),
-            )
-            .with_details(e.to_string())
-        })
+        .map_err(failed)
 }
 
 async fn open_kubernetes(kubeconfig: Option<PathBuf>) -> Result<Arc<dyn Store>, CniError> {
@@ -145,13 +245,17 @@ impl IpamPlugin {
     fn call(&self, request: &PluginRequest) -> Result<Option<CniResult>, CniError> {
         let node = std::env::var("WEFT_NODE_NAME").unwrap_or_default();
         let ipam_request = weft_ipam::IpamRequest::from_plugin_request(request, node);
-        match store_for(request) {
+        // The whole config is valid before any store is opened (or created).
+        weft_ipam::parse_network_config(&ipam_request.config_json())
+            .map_err(|e| CniError::from(e).with_version(request.version.to_string()))?;
+        let (store, root) = store_for(request).map_err(|e| e.with_version(request.version.to_string()))?;
+        match store {
             IpamStore::Kubernetes(kubeconfig) => block_on(true, async move {
                 let store = open_kubernetes(kubeconfig).await?;
                 weft_ipam::plugin::handle(ipam_request, store).await
             })?,
             IpamStore::Embedded(state) => {
-                let store = open_embedded(&state)?;
+                let store = open_embedded(&state, root.as_deref())?;
                 block_on(false, weft_ipam::plugin::handle(ipam_request, store))?
             }
         }
@@ -224,6 +328,54 @@ mod tests {
         assert_eq!(
             default_store(None, None),
             IpamStore::Embedded("/var/lib/weft".into())
+        );
+    }
+
+    #[test]
+    fn a_named_state_dir_must_lie_under_a_root_the_node_chose() {
+        let roots = state_roots(
+            Some("sqlite:/run/agent/store.db"),
+            Some("/srv/weft".into()),
+            Some(std::ffi::OsStr::new("/tmp/t1:relative:/data/../etc:/opt/w")),
+        );
+        let expected: Vec<PathBuf> = ["/var/lib/weft", "/srv/weft", "/run/agent", "/tmp/t1", "/opt/w"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        assert_eq!(roots, expected);
+        let root = |dir: &str| state_root_of(Path::new(dir), &roots);
+        assert_eq!(root("/var/lib/weft"), Ok("/var/lib/weft".into()));
+        assert_eq!(root("/var/lib/weft/tenant-a"), Ok("/var/lib/weft".into()));
+        assert_eq!(root("/run/agent"), Ok("/run/agent".into()));
+        assert_eq!(root("/tmp/t1/x/y"), Ok("/tmp/t1".into()));
+        for outside in ["/etc", "/var/lib/weftx", "/var/lib", "/tmp/t10", "/"] {
+            let err = root(outside).unwrap_err();
+            assert!(
+                matches!(err, StateDirError::NotAllowed { .. }),
+                "{outside}: {err}"
+            );
+            assert!(err.to_string().starts_with("ipam.stateDir: "), "{err}");
+        }
+        for tricky in [
+            "/var/lib/weft/../../etc",
+            "/var/lib/weft/./x",
+            "var/lib/weft",
+            "/var/lib/weft/..",
+        ] {
+            assert_eq!(
+                root(tricky),
+                Err(StateDirError::NotPlain(tricky.into())),
+                "{tricky}"
+            );
+        }
+        // The longest root wins: the walk below it trusts what the administrator named.
+        let nested = [PathBuf::from("/a"), PathBuf::from("/a/b")];
+        assert_eq!(state_root_of(Path::new("/a/b/c"), &nested), Ok("/a/b".into()));
+        // Only /var/lib/weft without anything set.
+        assert_eq!(state_roots(None, None, None), [PathBuf::from("/var/lib/weft")]);
+        assert_eq!(
+            state_roots(Some("in-cluster"), None, None),
+            [PathBuf::from("/var/lib/weft")]
         );
     }
 

@@ -70,6 +70,8 @@ impl Plugin {
             .env("CNI_NETNS", "/var/run/netns/not-entered")
             .env("CNI_PATH", self.dir.path())
             .env("CNI_ARGS", cni_args)
+            // The node allows stores under the test's temp dir (its default roots are elsewhere).
+            .env("WEFT_IPAM_STATE_ROOTS", self.dir.path())
             .env_remove("WEFT_STATE_DIR")
             .env_remove("WEFT_NODE_NAME")
             .env_remove("WEFT_IPAM_SOCKET")
@@ -591,7 +593,9 @@ fn sigkill_during_add_del_cycles_then_gc_and_reconcile_leave_no_duplicates_or_le
 
 /// Regression: on a brand-new store file, when the process creating it is SIGKILLed during its
 /// first open, processes opening it at the same moment used to fail at once with `database is
-/// locked` (CNI code 11). The store now sets a new file up under the writers' flock.
+/// locked` (CNI code 11). A new store is now set up in a private temporary file and linked
+/// into place, so the others either see no store (and make their own, losing the link race) or
+/// a whole one.
 #[test]
 fn concurrent_first_open_survives_a_killed_creator() {
     let mut failures = Vec::new();

@@ -4,9 +4,10 @@
 //! and answers after the commit. Under load one file lock and one WAL commit serve many writes;
 //! alone, a write is a transaction of its own.
 
-use std::fs::File;
+use std::fs::{File, TryLockError};
+use std::os::fd::AsRawFd;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
@@ -50,7 +51,7 @@ pub(super) struct Writer {
     conn: Connection,
     /// Writers of every process take this `flock` around their transaction: the kernel hands
     /// it over the moment it is released, where SQLite's own lock makes waiters poll.
-    turn: File,
+    turn: TurnLock,
     committed: Arc<watch::Sender<u64>>,
     trim_every: u64,
     retain_changes: u64,
@@ -83,17 +84,23 @@ impl GroupCommit {
 }
 
 impl Writer {
-    /// `conn` is ready (WAL, schema) and at `revision`; `turn` is the writers' `flock` file.
+    /// `conn` is ready (WAL, schema) and at `revision`; `turn` is the writers' `flock` file
+    /// (and its path), waited for at most `turn_timeout`.
     pub(super) fn new(
         conn: Connection,
-        turn: File,
+        (turn, turn_path): (File, PathBuf),
         revision: u64,
-        trim_every: u64,
-        retain_changes: u64,
+        turn_timeout: Duration,
+        (trim_every, retain_changes): (u64, u64),
     ) -> Self {
         Self {
             conn,
-            turn,
+            turn: TurnLock {
+                file: turn,
+                path: turn_path,
+                timeout: turn_timeout,
+                waiting: None,
+            },
             committed: Arc::new(watch::channel(revision).0),
             trim_every: trim_every.max(1),
             retain_changes,
@@ -144,7 +151,7 @@ impl Writer {
             return;
         }
         let wait_for_readers = size > TRIM_WAL_ALWAYS;
-        let Ok(_turn) = Turn::take(&self.turn) else {
+        let Ok(_turn) = self.turn.take() else {
             return;
         };
         if !wait_for_readers {
@@ -192,7 +199,7 @@ impl Writer {
 
     /// Every op in one transaction; the per-op answers and the new head revision if any op wrote.
     fn transact(&mut self, ops: Vec<WriteOp>) -> Result<(Vec<Answer>, Option<u64>), StoreError> {
-        let _turn = Turn::take(&self.turn)?;
+        let _turn = self.turn.take()?;
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -233,16 +240,85 @@ impl Writer {
     }
 }
 
-/// Holding the cross-process writer turn; released on drop.
-struct Turn<'a>(&'a File);
+/// The writers' `flock` file and how it is waited for.
+struct TurnLock {
+    file: File,
+    /// Where `file` is, for errors.
+    path: PathBuf,
+    /// Longest wait.
+    timeout: Duration,
+    /// The helper of a wait that timed out, still blocked on the lock: the next wait goes on
+    /// with it rather than starting another (a lock held for hours leaves one blocked thread,
+    /// not one per write).
+    waiting: Option<mpsc::Receiver<()>>,
+}
 
-impl<'a> Turn<'a> {
-    fn take(file: &'a File) -> Result<Self, StoreError> {
-        file.lock()
-            .map_err(|e| StoreError::Unavailable(format!("taking the store writer lock: {e}")))?;
-        Ok(Self(file))
+impl TurnLock {
+    /// Take the turn, waiting at most the timeout: an unbounded wait would let whoever holds the
+    /// lock (a stuck process, or anyone who could open the file) stop every writer.
+    fn take(&mut self) -> Result<Turn<'_>, StoreError> {
+        let deadline = std::time::Instant::now() + self.timeout;
+        loop {
+            match self.file.try_lock() {
+                Ok(()) => return Ok(Turn(&self.file)),
+                Err(TryLockError::WouldBlock) => {}
+                Err(TryLockError::Error(e)) => return Err(self.failed(e)),
+            }
+            let freed = match self.waiting.take() {
+                Some(freed) => freed,
+                None => self.watch_for_release()?,
+            };
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match freed.recv_timeout(left) {
+                // Free a moment ago: try again (another process may have been quicker).
+                Ok(()) => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.waiting = Some(freed);
+                    return Err(StoreError::Unavailable(format!(
+                        "store writer lock {} held by another process for {} s",
+                        self.path.display(),
+                        self.timeout.as_secs_f64()
+                    )));
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(StoreError::Unavailable(format!(
+                        "taking the store writer lock {}: the wait failed",
+                        self.path.display()
+                    )));
+                }
+            }
+        }
+    }
+
+    /// flock has no timeout. A helper thread blocks on a new open file description of the same
+    /// file (so it wakes the moment the lock is free, no polling), releases it at once and says
+    /// so; the lock is never kept by a helper nobody waits for.
+    fn watch_for_release(&self) -> Result<mpsc::Receiver<()>, StoreError> {
+        let waiter =
+            File::open(format!("/proc/self/fd/{}", self.file.as_raw_fd())).map_err(|e| self.failed(e))?;
+        let (freed, watch) = mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("weft-store-turn".into())
+            .spawn(move || {
+                if waiter.lock().is_ok() {
+                    drop(waiter);
+                    let _ = freed.send(());
+                }
+            })
+            .map_err(|e| self.failed(e))?;
+        Ok(watch)
+    }
+
+    fn failed(&self, e: std::io::Error) -> StoreError {
+        StoreError::Unavailable(format!(
+            "taking the store writer lock {}: {e}",
+            self.path.display()
+        ))
     }
 }
+
+/// Holding the cross-process writer turn; released on drop.
+struct Turn<'a>(&'a File);
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 
 use super::SqliteOptions;
 use super::commit::{GroupCommit, Writer};
+use super::files;
 use crate::semantics::{self, DeleteOutcome, UpdateOutcome};
 use crate::{ListOptions, Object, ObjectList, ResourceType, StoreError, WatchEvent};
 
@@ -110,10 +111,23 @@ pub(super) fn backend(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreErr
     move |e| {
         if is_busy(&e) {
             StoreError::Unavailable(format!("{context}: {e}"))
+        } else if is_damage(&e) {
+            StoreError::Refused(format!(
+                "{context}: the store file is damaged ({e}); restore it from a backup (`weft ipam check` verifies the restored store)"
+            ))
         } else {
             StoreError::Backend(format!("{context}: {e}"))
         }
     }
+}
+
+/// SQLite found malformed pages, or a file that is not a database at all.
+fn is_damage(e: &rusqlite::Error) -> bool {
+    matches!(
+        e,
+        rusqlite::Error::SqliteFailure(code, _)
+            if matches!(code.code, rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+    )
 }
 
 fn decode(body: &str) -> Result<Object, StoreError> {
@@ -158,6 +172,10 @@ fn open_connection(path: &Path, options: &SqliteOptions) -> Result<Connection, S
     install_busy_handler(&mut conn, options.busy_timeout).map_err(backend(&context))?;
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(backend(&context))?;
+    // Check each b-tree cell's size as pages are read: more damage is reported as such
+    // instead of being read as data, for little work.
+    conn.pragma_update(None, "cell_size_check", true)
+        .map_err(backend(&context))?;
     // After a checkpoint, a WAL that grew under a burst shrinks back to this size.
     conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)
         .map_err(backend(&context))?;
@@ -177,14 +195,36 @@ impl Db {
     /// Open (creating if needed) the store file and its schema.
     pub(super) fn open(path: &Path, options: SqliteOptions) -> Result<Self, StoreError> {
         let context = path.display().to_string();
-        let turn = open_turn_file(path)?;
+        let lock_path = files::sibling(path, "-writer.lock");
+        let mut existing = files::check_store_files(path)?;
+        let turn = files::open_lock_file(&lock_path)?;
+        if existing.is_none() {
+            super::fresh::create_store(path, &context)?;
+            // Ours, or another process's made at the same moment: checked like any store.
+            existing = files::check_store_files(path)?;
+        }
+        match existing {
+            None => {
+                return Err(StoreError::Unavailable(format!(
+                    "{context} vanished right after it was created"
+                )));
+            }
+            Some(0) => {
+                return Err(StoreError::Refused(format!(
+                    "{context} is empty (0 bytes): a store that existed is never started afresh \
+                     (its reservations would be handed out again); restore it from a backup, or \
+                     remove it and its -wal and -shm files to start an empty store"
+                )));
+            }
+            Some(_) => {}
+        }
         // A few SQLite paths report SQLITE_BUSY without calling the busy handler (a reader meeting
         // another process's WAL recovery or close-time checkpoint, a mode switch in progress):
         // the whole first open is retried until the busy timeout.
         let deadline = Instant::now() + options.busy_timeout;
         let mut attempt = 0u32;
         let (writer, revision) = loop {
-            match ready_writer(path, &options, &turn, &context) {
+            match ready_writer(path, &options, &context) {
                 Ok(ready) => break ready,
                 Err(Attempt::Busy(_)) if Instant::now() < deadline => {
                     attempt += 1;
@@ -193,7 +233,13 @@ impl Db {
                 Err(Attempt::Busy(e) | Attempt::Failed(e)) => return Err(e),
             }
         };
-        let writer = Writer::new(writer, turn, revision, options.trim_every, options.retain_changes);
+        let writer = Writer::new(
+            writer,
+            (turn, lock_path),
+            revision,
+            options.busy_timeout,
+            (options.trim_every, options.retain_changes),
+        );
         let connections = if options.single_connection {
             Connections::Single(Mutex::new(writer))
         } else {
@@ -516,18 +562,6 @@ impl Db {
     }
 }
 
-/// The file whose `flock` orders writers across processes: `<store>-writer.lock`.
-fn open_turn_file(path: &Path) -> Result<std::fs::File, StoreError> {
-    let mut name = path.as_os_str().to_owned();
-    name.push("-writer.lock");
-    std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&name)
-        .map_err(|e| StoreError::Unavailable(format!("opening {}: {e}", Path::new(&name).display())))
-}
-
 fn current_journal_mode(conn: &Connection) -> rusqlite::Result<String> {
     conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))
 }
@@ -548,7 +582,7 @@ fn busy_nap(attempt: u32) {
 }
 
 /// Why one attempt at opening the store failed: worth another try, or not.
-enum Attempt {
+pub(super) enum Attempt {
     Busy(StoreError),
     Failed(StoreError),
 }
@@ -574,27 +608,26 @@ fn attempt_error(context: &str) -> impl FnOnce(rusqlite::Error) -> Attempt + '_ 
 
 /// One attempt at the writer connection of a ready file (WAL mode, current schema) and the
 /// store's revision.
-fn ready_writer(
-    path: &Path,
-    options: &SqliteOptions,
-    turn: &std::fs::File,
-    context: &str,
-) -> Result<(Connection, u64), Attempt> {
-    let mut writer = open_connection(path, options).map_err(Attempt::Failed)?;
-    // Journal mode and schema persist in the file: an existing store needs two cheap reads.
-    // Only a new (or older) file is set up, under the writers' turn, so that concurrent first
-    // opens — and a creator killed half-way — never race on the mode switch.
-    let ready = current_journal_mode(&writer).is_ok_and(|m| m.eq_ignore_ascii_case("wal"))
-        && schema_version(&writer).is_ok_and(|v| v == SCHEMA_VERSION);
-    if !ready {
-        turn.lock().map_err(|e| {
-            Attempt::Failed(StoreError::Unavailable(format!(
-                "{context}: taking the writers' turn: {e}"
-            )))
-        })?;
-        let setup = set_up(&mut writer, context);
-        let _ = turn.unlock();
-        setup?;
+fn ready_writer(path: &Path, options: &SqliteOptions, context: &str) -> Result<(Connection, u64), Attempt> {
+    let writer = open_connection(path, options).map_err(Attempt::Failed)?;
+    // Journal mode and schema persist in the file, set up before it was linked into place
+    // (`create_store`): an existing store needs two cheap reads, and one without them is damaged.
+    let mode = current_journal_mode(&writer).map_err(attempt_error(context))?;
+    let version = schema_version(&writer).map_err(attempt_error(context))?;
+    if version > SCHEMA_VERSION {
+        return Err(Attempt::Failed(StoreError::Unavailable(format!(
+            "{context}: store schema version {version} is newer than this program's ({SCHEMA_VERSION})"
+        ))));
+    }
+    if version != SCHEMA_VERSION || !mode.eq_ignore_ascii_case("wal") {
+        return Err(Attempt::Failed(StoreError::Refused(format!(
+            "{context} has no weft schema (schema version {version}, journal mode {mode}): a store \
+             that existed is never set up afresh; restore it from a backup, or remove it and its \
+             -wal and -shm files to start an empty store"
+        ))));
+    }
+    if options.check_integrity {
+        quick_check(&writer, context)?;
     }
     let revision: i64 = writer
         .query_row("SELECT value FROM weft_meta WHERE key = 'revision'", [], |r| {
@@ -604,8 +637,26 @@ fn ready_writer(
     Ok((writer, revision as u64))
 }
 
-/// Switch a new file to WAL and create (or upgrade) the schema.
-fn set_up(conn: &mut Connection, context: &str) -> Result<(), Attempt> {
+/// SQLite's `quick_check` (every page and b-tree, without comparing indexes to tables).
+fn quick_check(conn: &Connection, context: &str) -> Result<(), Attempt> {
+    let mut stmt = conn
+        .prepare("PRAGMA quick_check(5)")
+        .map_err(attempt_error(context))?;
+    let found: Vec<String> = stmt
+        .query_map([], |r| r.get(0))
+        .and_then(|rows| rows.collect())
+        .map_err(attempt_error(context))?;
+    if found.len() == 1 && found[0] == "ok" {
+        return Ok(());
+    }
+    Err(Attempt::Failed(StoreError::Refused(format!(
+        "{context} failed its integrity check: {}; restore it from a backup (`weft ipam check` verifies the restored store)",
+        found.join("; ")
+    ))))
+}
+
+/// Switch a new file to WAL and create the schema.
+pub(super) fn set_up(conn: &mut Connection, context: &str) -> Result<(), Attempt> {
     let mode: String = conn
         .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
         .map_err(attempt_error(context))?;

@@ -8,7 +8,11 @@
 
 mod commit;
 mod db;
+mod files;
+mod fresh;
 mod watch;
+
+pub use files::prepare_state_dir_under;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -22,10 +26,9 @@ use db::Db;
 /// Tuning of a [`SqliteStore`]; the defaults suit every weft component.
 #[derive(Clone, Debug)]
 pub struct SqliteOptions {
-    /// How long a write waits for SQLite's write lock before failing with
-    /// [`StoreError::Unavailable`]. weft processes first take turns on an `flock` of
+    /// How long a write waits for SQLite's write lock, and for the writers' turn (an `flock` of
     /// `<store>-writer.lock`, held only for one transaction and released by the kernel if its
-    /// holder dies, so this wait only matters for writers that are not weft (an `sqlite3` shell).
+    /// holder dies), before failing with [`StoreError::Unavailable`] naming what it waited for.
     pub busy_timeout: Duration,
     /// How often a watch looks for changes written by other processes.
     pub poll_interval: Duration,
@@ -37,6 +40,10 @@ pub struct SqliteOptions {
     /// writer thread, no reader pool, no blocking-pool hops. For short-lived processes that make
     /// a few calls (the `weft-ipam` plugin); each call blocks the async worker it runs on.
     pub single_connection: bool,
+    /// Run SQLite's `quick_check` when opening (a scan of every page: cheap for a store of
+    /// reservations, but it grows with the file); a damaged store is then refused at once.
+    /// Without it, damage is still reported by whichever read or write meets it.
+    pub check_integrity: bool,
 }
 
 impl Default for SqliteOptions {
@@ -47,6 +54,7 @@ impl Default for SqliteOptions {
             retain_changes: 50_000,
             trim_every: 1_000,
             single_connection: false,
+            check_integrity: true,
         }
     }
 }
@@ -64,18 +72,23 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// Open the store at `path` with default options, creating the file and schema if needed.
+    /// Open the store at `path` with default options, creating the file and schema if there is
+    /// no file (see [`SqliteStore::open_with`]).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         Self::open_with(path, SqliteOptions::default())
     }
 
     /// Open the store at `path` with explicit options.
+    ///
+    /// Its directory is created `0700` if missing; the directory, the store file, SQLite's
+    /// `-wal`/`-shm` and the `-writer.lock` must be ours and writable by no one else, and never
+    /// links ([`StoreError::Refused`] otherwise). A new store (schema included) is made only
+    /// when there is no store file at all; an existing file that is empty, lacks the schema or
+    /// fails the integrity check is refused, never started afresh.
     pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self, StoreError> {
         let path = path.as_ref();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                StoreError::Unavailable(format!("creating store directory {}: {e}", dir.display()))
-            })?;
+            files::trusted_dir(dir)?;
         }
         Ok(Self {
             db: Arc::new(Db::open(path, options)?),

@@ -1,6 +1,7 @@
 //! The `weft` command line.
 
 mod inspect;
+mod ipam_check;
 mod manifests;
 
 use std::path::PathBuf;
@@ -146,6 +147,14 @@ pub enum IpamCommand {
         #[arg(long)]
         network: Option<String>,
     },
+    /// Verify the store: its integrity (the embedded store's pages, checked on open) and its
+    /// reservations against the pods (leaked reservations, addresses pods hold without one),
+    /// saying what a repair would do; exits 1 when anything was found.
+    Check {
+        /// Free the leaked reservations (as the reconciler does: only those unchanged since).
+        #[arg(long)]
+        repair: bool,
+    },
 }
 
 /// `weft net ...`
@@ -248,6 +257,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             inspect::net_status(&state, &pod, &namespace).await
         }
         Command::Ipam(IpamCommand::List { network }) => inspect::ipam_list(&state, network.as_deref()).await,
+        Command::Ipam(IpamCommand::Check { repair }) => ipam_check::run(&state, repair).await,
         Command::Agent(args) => crate::agent::run(&state, args).await,
         Command::AgentReady { socket } => crate::agent::probe_ready(socket).await,
         Command::Controller => crate::controller::run(&state).await,
