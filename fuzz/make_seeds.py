@@ -135,3 +135,45 @@ write("dhcp_v6", bytes([1, 0, 0, 2]) + client_id + ia_na + opt6(14, b""))
 write("dhcp_v6", bytes([3, 0, 0, 3]) + client_id + server_id + ia_na + oro)
 write("dhcp_v6", bytes([5, 0, 0, 4]) + client_id + server_id + ia_na)
 write("dhcp_v6", bytes([11, 0, 0, 5]) + client_id + oro)
+
+# Guest frames as the guest NIC's server reads them from its tap: one metadata byte (bit 0:
+# another interface, bit 1: sent by the host), then Ethernet + IPv4/IPv6 + UDP + DHCP.
+GUEST = bytes([2, 0, 0, 0, 0, 1])
+
+def udp(sport, dport, payload):
+    return struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload
+
+def frame4(payload, source=GUEST, meta=0):
+    datagram = udp(68, 67, payload)
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(datagram), 0, 0x4000, 64, 17, 0,
+                     bytes(4), bytes([255] * 4))
+    return bytes([meta]) + bytes([255] * 6) + source + b"\x08\x00" + ip + datagram
+
+def frame6(payload, source=GUEST, meta=0):
+    datagram = udp(546, 547, payload)
+    ip = struct.pack("!IHBB16s16s", 6 << 28, len(datagram), 17, 1,
+                     bytes([0xfe, 0x80]) + bytes(14), bytes([0xff, 0x02]) + bytes(12) + bytes([0, 1, 0, 2]))
+    return bytes([meta]) + bytes([0x33, 0x33, 0, 1, 0, 2]) + source + b"\x86\xdd" + ip + datagram
+
+write("dhcp_frames", frame4(dhcp4(1)))
+write("dhcp_frames", frame4(dhcp4(3, bytes([50, 4, 10, 0, 2, 2, 54, 4, 10, 0, 2, 1]))))
+write("dhcp_frames", frame4(dhcp4(1), source=bytes([2, 0, 0, 0, 0, 9])))
+write("dhcp_frames", frame4(dhcp4(1), meta=1))
+write("dhcp_frames", frame6(bytes([1, 0, 0, 1]) + client_id + ia_na + oro))
+write("dhcp_frames", frame6(bytes([1, 0, 0, 1]) + opt6(1, bytes([0, 3, 0, 1, 2, 0, 0, 0, 0, 9])) + ia_na))
+
+# The IPAM release journal: hex lines of calls in the installed weft-ipam's wire format
+# (NUL-terminated CNI_* variables, an empty entry, then the config).
+def call(command, container):
+    env = [("CNI_COMMAND", command), ("CNI_CONTAINERID", container), ("CNI_NETNS", "/var/run/netns/p"),
+           ("CNI_IFNAME", "net1"), ("CNI_PATH", "/opt/cni/bin"),
+           ("CNI_ARGS", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p")]
+    body = b"".join(f"{k}={v}".encode() + b"\0" for k, v in env) + b"\0"
+    config = {"cniVersion": "1.0.0", "name": "net", "type": "bridge",
+              "ipam": {"type": "weft-ipam", "range": "192.168.90.0/24"}}
+    return body + json.dumps(config).encode()
+
+journal = b"".join(call("DEL", f"c{i}").hex().encode() + b"\n" for i in range(3))
+write("ipam_journal", journal)
+write("ipam_journal", journal + call("DEL", "torn").hex().encode()[:40])
+write("ipam_journal", call("DEL", "raw"))

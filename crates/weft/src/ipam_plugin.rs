@@ -162,6 +162,118 @@ pub fn state_root_of(dir: &Path, roots: &[PathBuf]) -> Result<PathBuf, StateDirE
         })
 }
 
+/// Directories (`:`-separated) under which a config's `ipam.kubernetes.kubeconfig` may lie,
+/// besides /etc/cni/net.d, /etc/kubernetes and /var/lib/weft (set by the node's administrator).
+pub const KUBECONFIG_ROOTS_ENV: &str = "WEFT_IPAM_KUBECONFIG_ROOTS";
+
+/// The roots a NAD's kubeconfig may lie under: where CNI and Kubernetes keep node credentials
+/// (whereabouts' is /etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig), weft's state, and the
+/// administrator's list.
+pub fn kubeconfig_roots(roots_env: Option<&std::ffi::OsStr>) -> Vec<PathBuf> {
+    [
+        "/etc/cni/net.d",
+        "/etc/kubernetes",
+        weft_ipam::config::DEFAULT_STATE_DIR,
+    ]
+    .into_iter()
+    .map(PathBuf::from)
+    .chain(
+        roots_env
+            .map(|r| std::env::split_paths(r).collect::<Vec<_>>())
+            .unwrap_or_default(),
+    )
+    .filter(|root| is_plain(root))
+    .collect()
+}
+
+/// Why a config's `ipam.kubernetes.kubeconfig` is refused.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum KubeconfigError {
+    /// Not plain, or under none of the roots.
+    #[error(
+        "ipam.kubernetes.kubeconfig: {path} is not under a directory this node allows for credentials ({roots}); the node's administrator can allow more in {KUBECONFIG_ROOTS_ENV}"
+    )]
+    NotAllowed {
+        /// The path named.
+        path: PathBuf,
+        /// The allowed roots, listed.
+        roots: String,
+    },
+    /// Not a regular file root owns and only root can write (a link, someone else's).
+    #[error("ipam.kubernetes.kubeconfig: {path}: {reason}")]
+    Untrusted {
+        /// The path named.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// A NAD may make root read credentials only from where the node keeps them: `path` must be
+/// plain and lie under one of `roots`.
+pub fn check_kubeconfig_path(path: &Path, roots: &[PathBuf]) -> Result<(), KubeconfigError> {
+    if is_plain(path) && roots.iter().any(|root| path.starts_with(root)) {
+        return Ok(());
+    }
+    Err(KubeconfigError::NotAllowed {
+        path: path.to_path_buf(),
+        roots: roots
+            .iter()
+            .map(|r| r.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+    })
+}
+
+/// What is wrong with a kubeconfig file's kind, owner (`uid`) and mode for this process
+/// (`euid`), if anything: it must be a regular file (not a link) that only its owner, root or
+/// this process's user, can write.
+pub fn kubeconfig_file_problem(
+    is_file: bool,
+    is_link: bool,
+    uid: u32,
+    mode: u32,
+    euid: u32,
+) -> Option<String> {
+    if is_link {
+        return Some("is a symbolic link; name the file itself".into());
+    }
+    if !is_file {
+        return Some("is not a regular file".into());
+    }
+    if uid != 0 && uid != euid {
+        return Some(format!("is owned by uid {uid}, not root"));
+    }
+    if mode & 0o022 != 0 {
+        return Some(format!("is writable by others (mode {:o})", mode & 0o777));
+    }
+    None
+}
+
+/// The kubeconfig check as this process applies it: path, then the file itself.
+fn check_kubeconfig(path: &Path) -> Result<(), KubeconfigError> {
+    use std::os::unix::fs::MetadataExt;
+    check_kubeconfig_path(
+        path,
+        &kubeconfig_roots(std::env::var_os(KUBECONFIG_ROOTS_ENV).as_deref()),
+    )?;
+    let untrusted = |reason: String| KubeconfigError::Untrusted {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let meta = std::fs::symlink_metadata(path).map_err(|e| untrusted(e.to_string()))?;
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { nix::libc::geteuid() };
+    let problem = kubeconfig_file_problem(
+        meta.file_type().is_file(),
+        meta.file_type().is_symlink(),
+        meta.uid(),
+        meta.mode(),
+        euid,
+    );
+    problem.map_or(Ok(()), |reason| Err(untrusted(reason)))
+}
+
 /// Where this process finds a call's store: the store, and for an embedded store a config named
 /// (`ipam.stateDir`), the allowed root it lies under.
 fn store_for(request: &PluginRequest) -> Result<(IpamStore, Option<PathBuf>), CniError> {
@@ -174,6 +286,16 @@ fn store_for(request: &PluginRequest) -> Result<(IpamStore, Option<PathBuf>), Cn
             let root = state_root_of(&dir, &roots)
                 .map_err(|e| CniError::new(codes::INVALID_NETWORK_CONFIG, e.to_string()))?;
             Ok((IpamStore::Embedded(dir), Some(root)))
+        }
+        Some(IpamStore::Kubernetes(Some(kubeconfig))) => {
+            check_kubeconfig(&kubeconfig).map_err(|e| {
+                let code = match e {
+                    KubeconfigError::NotAllowed { .. } => codes::INVALID_NETWORK_CONFIG,
+                    KubeconfigError::Untrusted { .. } => codes::IO_FAILURE,
+                };
+                CniError::new(code, e.to_string())
+            })?;
+            Ok((IpamStore::Kubernetes(Some(kubeconfig)), None))
         }
         Some(store) => Ok((store, None)),
         None => Ok((default_store(announced.as_deref(), state_dir_env), None)),
@@ -283,6 +405,52 @@ impl Plugin for IpamPlugin {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_nad_kubeconfig_must_be_a_root_file_where_the_node_keeps_credentials() {
+        use super::*;
+        let roots = kubeconfig_roots(Some(std::ffi::OsStr::new("/opt/creds:relative")));
+        assert_eq!(
+            roots,
+            ["/etc/cni/net.d", "/etc/kubernetes", "/var/lib/weft", "/opt/creds"].map(PathBuf::from)
+        );
+        for ok in [
+            "/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig",
+            "/opt/creds/k",
+        ] {
+            assert_eq!(check_kubeconfig_path(Path::new(ok), &roots), Ok(()), "{ok}");
+        }
+        for bad in [
+            "/root/.kube/config",
+            "/etc/cni/net.d/../../shadow",
+            "relative/k",
+            "/etc/cni/net.dx/k",
+        ] {
+            assert!(check_kubeconfig_path(Path::new(bad), &roots).is_err(), "{bad}");
+        }
+        assert_eq!(kubeconfig_file_problem(true, false, 0, 0o100600, 0), None);
+        assert_eq!(kubeconfig_file_problem(true, false, 0, 0o100644, 0), None);
+        assert!(
+            kubeconfig_file_problem(false, true, 0, 0o777, 0)
+                .unwrap()
+                .contains("link")
+        );
+        assert!(
+            kubeconfig_file_problem(false, false, 0, 0o40700, 0)
+                .unwrap()
+                .contains("regular")
+        );
+        assert!(
+            kubeconfig_file_problem(true, false, 1000, 0o600, 0)
+                .unwrap()
+                .contains("uid 1000")
+        );
+        assert!(
+            kubeconfig_file_problem(true, false, 0, 0o666, 0)
+                .unwrap()
+                .contains("writable")
+        );
+    }
+
     use super::*;
     use serde_json::json;
 

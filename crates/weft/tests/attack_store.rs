@@ -88,6 +88,7 @@ impl Node {
             .env("CNI_PATH", &bin)
             .env("CNI_ARGS", cni_args)
             .env("WEFT_IPAM_STATE_ROOTS", self.root())
+            .env("WEFT_IPAM_KUBECONFIG_ROOTS", self.root().join("creds"))
             .env_remove("WEFT_STATE_DIR")
             .env_remove("WEFT_NODE_NAME")
             .env_remove("WEFT_IPAM_SOCKET")
@@ -291,6 +292,50 @@ fn a_state_dir_outside_the_allowed_roots_is_refused() {
         assert!(msg.contains("ipam.stateDir"), "{msg}");
     }
     assert!(entries(outside.path()).is_empty());
+}
+
+/// Finding 2's sibling: a NAD's `ipam.kubernetes.kubeconfig` made root read credentials from any
+/// path. It must be a regular file root owns and only root writes, under the directories the
+/// node keeps credentials in (or the administrator's `WEFT_IPAM_KUBECONFIG_ROOTS`).
+#[test]
+fn a_kubeconfig_from_a_nad_must_be_a_root_file_where_the_node_keeps_credentials() {
+    let node = Node::new();
+    let config = |path: &Path| {
+        json!({"cniVersion": "1.0.0", "name": "blue", "type": "bridge",
+               "ipam": {"type": "weft-ipam", "range": "10.60.0.0/16", "kubernetes": {"kubeconfig": path}}})
+    };
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(
+        outside.path().join("kubeconfig"),
+        "apiVersion: v1
+",
+    )
+    .unwrap();
+    for path in [
+        PathBuf::from("/root/.kube/config"),
+        outside.path().join("kubeconfig"),
+        node.root().join("creds/../../etc/passwd"),
+    ] {
+        let (code, msg) = node.run("ADD", "a", &config(&path)).error();
+        assert_eq!(code, 7, "{msg}");
+        assert!(msg.contains("ipam.kubernetes.kubeconfig"), "{msg}");
+    }
+    let creds = node.root().join("creds");
+    std::fs::create_dir_all(&creds).unwrap();
+    symlink(outside.path().join("kubeconfig"), creds.join("link")).unwrap();
+    let (code, msg) = node.run("ADD", "a", &config(&creds.join("link"))).error();
+    assert_eq!(code, 5, "{msg}");
+    assert!(msg.contains("symbolic link"), "{msg}");
+    std::fs::write(
+        creds.join("open"),
+        "apiVersion: v1
+",
+    )
+    .unwrap();
+    std::fs::set_permissions(creds.join("open"), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (code, msg) = node.run("ADD", "a", &config(&creds.join("open"))).error();
+    assert_eq!(code, 5, "{msg}");
+    assert!(msg.contains("writable by others"), "{msg}");
 }
 
 /// Finding 2: a store (or state directory) someone else owns or can write was trusted, so its
