@@ -72,11 +72,10 @@ pub fn boot(
     let guest = RunningGuest::spawn(&spec, Some(&netns_name))
         .map_err(|e| anyhow::anyhow!("start QEMU for {}: {e}", vmi.metadata.name))?;
     if let Some(pid) = guest.pid() {
-        let run = crate::local::processes::pid_dir(&agent.state_dir);
-        std::fs::create_dir_all(&run)?;
-        std::fs::write(
-            run.join(format!("qemu-{}-{}.pid", vmi.namespace(), vmi.metadata.name)),
-            pid.to_string(),
+        crate::local::processes::record(
+            &agent.state_dir,
+            &format!("qemu-{}-{}", vmi.namespace(), vmi.metadata.name),
+            pid,
         )?;
     }
     Ok(guest)

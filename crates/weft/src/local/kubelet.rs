@@ -32,6 +32,7 @@ struct RunningPod {
 /// Run pods bound to this node until `stop` turns true, then stop them all.
 pub async fn run(agent: Arc<Agent>, mut stop: tokio::sync::watch::Receiver<bool>) -> anyhow::Result<()> {
     let node = agent.args.node.clone();
+    let topology = Topology::load(&agent.state_dir)?;
     let pods_api = Api::<Pod>::all(agent.store.clone());
     let mut running: BTreeMap<String, RunningPod> = BTreeMap::new();
     loop {
@@ -47,7 +48,17 @@ pub async fn run(agent: Arc<Agent>, mut stop: tokio::sync::watch::Receiver<bool>
             if running.contains_key(uid) {
                 continue;
             }
-            match start_pod(&agent, pod).await {
+            if let Some(sandbox) = previous_sandbox(&topology, pod) {
+                // Started by this node's previous agent (it was restarted): take it over.
+                match adopt(&agent, pod, sandbox).await {
+                    Some(run) => {
+                        running.insert(uid.clone(), run);
+                    }
+                    None => continue,
+                }
+                continue;
+            }
+            match start_pod(&agent, &topology, pod).await {
                 Ok(run) => {
                     running.insert(uid.clone(), run);
                 }
@@ -89,10 +100,108 @@ pub async fn run(agent: Arc<Agent>, mut stop: tokio::sync::watch::Receiver<bool>
     }
 }
 
-async fn start_pod(agent: &Arc<Agent>, pod: &Pod) -> anyhow::Result<RunningPod> {
+/// The sandbox a previous agent of this node left for `pod`: the pod is Running with its
+/// sandbox id recorded and its namespace still exists.
+fn previous_sandbox(topology: &Topology, pod: &Pod) -> Option<Sandbox> {
+    if pod.status.phase != "Running" {
+        return None;
+    }
+    let id = pod
+        .metadata
+        .annotation(crate::claims::SANDBOX_ANNOTATION)?
+        .to_string();
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let netns = topology.pod_netns(&namespace, &pod.metadata.name);
+    let sandbox = Sandbox {
+        id,
+        netns,
+        pod: (
+            namespace,
+            pod.metadata.name.clone(),
+            pod.metadata.uid.clone().unwrap_or_default(),
+        ),
+        pod_ip: pod.status.pod_ip.clone(),
+    };
+    std::path::Path::new(&sandbox.netns_path())
+        .exists()
+        .then_some(sandbox)
+}
+
+/// Take over a pod the previous agent started. A plain pod's sandbox keeps running untouched. A
+/// launcher pod's DHCP servers lived in the previous agent and are gone, so its guest cannot
+/// renew its leases: its QEMU (recorded with its start identity) is stopped rather than left
+/// orphaned, its sandbox removed, and the pod and VMI marked Failed with the reason.
+async fn adopt(agent: &Arc<Agent>, pod: &Pod, sandbox: Sandbox) -> Option<RunningPod> {
+    let (namespace, name, _) = sandbox.pod.clone();
+    let is_launcher =
+        pod.metadata.label(launcher_pod::LAUNCHER_LABEL.0) == Some(launcher_pod::LAUNCHER_LABEL.1);
+    if !is_launcher {
+        tracing::info!(pod = %name, netns = %sandbox.netns, "adopted the sandbox of the previous agent");
+        return Some(RunningPod {
+            namespace,
+            name,
+            sandbox,
+            launcher: None,
+        });
+    }
+    let vmi = pod
+        .metadata
+        .annotation(launcher_pod::DOMAIN_ANNOTATION)
+        .unwrap_or_default()
+        .to_string();
+    let qemu = format!("qemu-{namespace}-{vmi}");
+    let mut stopped_guest = false;
+    if let Some(record) = crate::local::processes::recorded(&agent.state_dir, &qemu) {
+        stopped_guest = record.signal(nix::sys::signal::Signal::SIGKILL);
+        let _ = std::fs::remove_file(
+            crate::local::processes::pid_dir(&agent.state_dir).join(format!("{qemu}.pid")),
+        );
+    }
+    let reason = format!(
+        "the node agent restarted and the launcher's DHCP servers were lost{}",
+        if stopped_guest {
+            "; its QEMU was stopped"
+        } else {
+            ""
+        }
+    );
+    tracing::warn!(pod = %name, "{reason}");
+    if let Err(e) = sandbox::remove(agent, sandbox).await {
+        tracing::warn!(pod = %name, "sandbox removal: {e:#}");
+    }
+    set_pod_phase(agent, pod, "Failed", &reason, "").await;
+    let marked = Api::<VirtualMachineInstance>::namespaced(agent.store.clone(), &namespace)
+        .modify_status(&vmi, |v| {
+            let status = v.status.get_or_insert_with(Default::default);
+            status.phase = "Failed".into();
+            status
+                .extra
+                .insert("reason".into(), serde_json::Value::String(reason.clone()));
+            let ready = weft_vm::api::Condition {
+                type_: "Ready".into(),
+                status: "False".into(),
+                reason: "LauncherLost".into(),
+                message: reason.clone(),
+                last_transition_time: Some(weft_store::now_rfc3339().into()),
+                ..Default::default()
+            };
+            status.conditions.retain(|c| c.type_ != "Ready");
+            status.conditions.push(ready);
+            true
+        })
+        .await;
+    if let Err(e) = marked
+        && !e.is_not_found()
+    {
+        tracing::warn!(vmi = %vmi, "status update: {e}");
+    }
+    None
+}
+
+async fn start_pod(agent: &Arc<Agent>, topology: &Topology, pod: &Pod) -> anyhow::Result<RunningPod> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let name = pod.metadata.name.clone();
-    let netns = Topology::pod_netns(&namespace, &name);
+    let netns = topology.pod_netns(&namespace, &name);
     let sandbox = sandbox::create(agent, pod, &netns)
         .await
         .with_context(|| format!("pod {namespace}/{name}"))?;
