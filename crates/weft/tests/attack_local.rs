@@ -234,6 +234,26 @@ fn down_of_a_dir_with_no_cluster_is_refused_and_touches_nothing() {
     );
     assert_intact(&cluster, &processes, "after down of a foreign dir");
 
+    // A forged record in the cluster's own run dir: an unrelated process with its true start
+    // identity. down stops only processes that belong to this state dir.
+    let mut bystander = KillOnDrop(Command::new("sleep").arg("300").spawn().unwrap());
+    let bystander_pid = bystander.0.id();
+    let stat = std::fs::read_to_string(format!("/proc/{bystander_pid}/stat")).unwrap();
+    let start: u64 = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
+    std::fs::write(
+        cluster.state().join("run/intruder.pid"),
+        format!("{bystander_pid} {start}\n"),
+    )
+    .unwrap();
+
     let names = cluster.fixed_netns();
     let out = cluster.down();
     assert!(out.status.success(), "{}", text(&out));
@@ -244,6 +264,10 @@ fn down_of_a_dir_with_no_cluster_is_refused_and_touches_nothing() {
     for (name, pid, start) in &processes {
         assert!(!running(*pid, *start), "{name} still runs after down");
     }
+    assert!(
+        bystander.0.try_wait().unwrap().is_none(),
+        "down signalled a process its state dir did not start"
+    );
 }
 
 #[test]

@@ -149,8 +149,16 @@ pub fn spawn_daemon(
 /// restarted meanwhile: SIGTERM, then SIGKILL after `grace`. Only a process matching its record
 /// (pid and start time) is signalled. Returns the names stopped.
 pub fn stop_all(state: &Path, grace: Duration) -> Vec<String> {
+    // Every process weft starts for a cluster names its state directory on its command line
+    // (`--state-dir`, the QEMU serial log, the httpd root): a record pointing elsewhere, even
+    // with the right start time, is forged or stale and is not followed.
+    let needle = fs::canonicalize(state)
+        .unwrap_or_else(|_| state.to_path_buf())
+        .display()
+        .to_string();
+    let ours = |record: &ProcessRecord| record.is_running() && cmdline_mentions(record.pid, &needle);
     let mut stopped = Vec::new();
-    if let Some(supervisor) = recorded(state, SUPERVISOR) {
+    if let Some(supervisor) = recorded(state, SUPERVISOR).filter(ours) {
         stop(&[(SUPERVISOR.to_string(), supervisor)], grace);
         stopped.push(SUPERVISOR.to_string());
     }
@@ -170,7 +178,7 @@ pub fn stop_all(state: &Path, grace: Duration) -> Vec<String> {
             if let Some(record) = fs::read_to_string(&path)
                 .ok()
                 .and_then(|text| ProcessRecord::parse(&text))
-                .filter(ProcessRecord::is_running)
+                .filter(ours)
             {
                 running.push((name, record));
             }
@@ -182,6 +190,12 @@ pub fn stop_all(state: &Path, grace: Duration) -> Vec<String> {
     }
     stopped.extend(running.into_iter().map(|(name, _)| name));
     stopped
+}
+
+fn cmdline_mentions(pid: u32, needle: &str) -> bool {
+    fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " ").contains(needle))
+        .unwrap_or(false)
 }
 
 fn stop(processes: &[(String, ProcessRecord)], grace: Duration) {

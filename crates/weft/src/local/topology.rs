@@ -144,9 +144,13 @@ impl Topology {
             .into_iter()
             .chain(self.nodes.iter().map(|n| n.netns.as_str()))
             .collect();
-        let pods = format!("{}pod-", self.prefix());
+        let prefix = self.prefix();
+        let pods = format!("{prefix}pod-");
         existing
             .iter()
+            // A record naming a namespace outside its own prefix (forged or corrupt) is not
+            // followed: down never deletes a namespace weft would not have named so.
+            .filter(|name| name.starts_with(&prefix))
             .filter(|name| fixed.contains(&name.as_str()) || name.starts_with(&pods))
             .cloned()
             .collect()
@@ -283,6 +287,15 @@ mod tests {
         // A cluster recorded before ids claims only its fixed names and pods, not another's.
         let old = Topology::new(Path::new("/o"), "", 1);
         assert_eq!(old.owned_netns(&host), ["weft-node1"]);
+        // A forged record naming namespaces that are not its own claims none of them.
+        let mut forged = a.clone();
+        forged.underlay_netns = "unrelated".into();
+        forged.remote_netns = "weft-bbbb0002-node1".into();
+        let owned = forged.owned_netns(&host);
+        assert!(
+            !owned.iter().any(|n| n == "unrelated" || n.contains("bbbb0002")),
+            "{owned:?}"
+        );
     }
 
     #[test]
