@@ -318,6 +318,19 @@ fn two_clusters_coexist_and_down_of_one_leaves_the_other() {
     assert!(out.status.success(), "{}", text(&out));
 }
 
+/// Pids of the processes holding a DHCP server socket (UDP port 67) in `netns`.
+fn dhcp_servers(netns: &str) -> Vec<u32> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", netns, "ss", "-Hulpn", "sport", "=", ":67"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split("pid=")
+        .skip(1)
+        .filter_map(|rest| rest.split(',').next()?.parse().ok())
+        .collect()
+}
+
 fn ping(netns: &str, ip: &str) -> bool {
     Command::new("ip")
         .args([
@@ -365,6 +378,18 @@ fn killed_agent_is_restarted_and_adopts_its_pods() {
     });
     let (ip, sandbox) = web_pod(&cluster);
     let pod = || cluster.json(&["get", "pod", "web", "-o", "json"]);
+    let launcher_sandbox = cluster.json(&["get", "pods", "-o", "json"])["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            p["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("virt-launcher-vm1")
+        })
+        .map(|p| p["metadata"]["annotations"]["weft.dev/sandbox-id"].clone())
+        .expect("the launcher pod");
     let node = cluster.node_netns();
     wait("web answers ping", Duration::from_secs(20), || {
         ping(&node, &ip).then_some(())
@@ -428,38 +453,36 @@ fn killed_agent_is_restarted_and_adopts_its_pods() {
         Duration::from_secs(20),
         || ping(&node, &ip).then_some(()),
     );
-    // The launcher lost its DHCP servers with the old agent: the VMI says so rather than
-    // staying Running with no reason.
-    let vmi = wait("vm1 marked with a reason", Duration::from_secs(30), || {
-        let vmi = cluster.json(&["get", "vmi", "vm1", "-o", "json"]);
-        (vmi["status"]["phase"] == "Failed").then_some(vmi)
-    });
-    assert!(
-        vmi["status"]["reason"]
-            .as_str()
-            .unwrap_or("")
-            .contains("node agent restarted"),
-        "{vmi}"
-    );
-    let ready = vmi["status"]["conditions"]
+    // The launcher was taken over too: vm1 still runs in the same sandbox, and its DHCP
+    // servers (which lived in the killed agent) serve again, from the new agent.
+    assert!(vm1_running(&cluster), "vm1 must stay Running");
+    let launcher = cluster.json(&["get", "pods", "-o", "json"])["items"]
         .as_array()
-        .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned())
-        .unwrap_or_default();
+        .unwrap()
+        .iter()
+        .find(|p| {
+            p["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("virt-launcher-vm1")
+        })
+        .cloned()
+        .expect("the launcher pod");
+    assert_eq!(launcher["status"]["phase"], "Running", "{launcher}");
     assert_eq!(
-        (ready["status"].as_str(), ready["reason"].as_str()),
-        (Some("False"), Some("LauncherLost")),
-        "{vmi}"
+        launcher["metadata"]["annotations"]["weft.dev/sandbox-id"], launcher_sandbox,
+        "the launcher's sandbox was adopted, not recreated"
     );
-    // No orphan: the launcher's sandbox is gone with the old agent's wiring.
-    let prefix = format!(
-        "weft-{}-pod-default-virt-launcher-vm1",
-        cluster.topology()["cluster_id"].as_str().unwrap()
+    let pod_ns = format!(
+        "weft-{}-pod-default-{}",
+        cluster.topology()["cluster_id"].as_str().unwrap(),
+        launcher["metadata"]["name"].as_str().unwrap()
     );
-    wait(
-        "the lost launcher's namespace removed",
-        Duration::from_secs(20),
-        || (!netns_list().iter().any(|n| n.starts_with(&prefix))).then_some(()),
-    );
+    let servers = wait("DHCP served by the new agent", Duration::from_secs(20), || {
+        let servers = dhcp_servers(&pod_ns);
+        (servers.len() == 2 && servers.iter().all(|pid| *pid == new.0)).then_some(servers)
+    });
+    assert!(!servers.contains(&old.0));
     // A second kill is restarted too, and its Down event is bumped, not duplicated.
     let again = kill9(&cluster, "agent-node1");
     wait_restarted(&cluster, "agent-node1", again);
@@ -507,6 +530,74 @@ fn killed_controller_is_restarted_and_a_stop_is_not_lost() {
     assert_eq!(down[0]["involvedObject"]["name"], "weft-controller");
     let vm = cluster.json(&["get", "vm", "vm1", "-o", "json"]);
     assert_eq!(vm["status"]["printableStatus"], "Stopped", "{vm}");
+    let out = cluster.down();
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// The guest case: kill -9 the agent while vm1's guest runs. The restarted agent adopts the
+/// same QEMU (same pid, not orphaned, not duplicated) and the VMI stays Running and Ready; then
+/// a QEMU that dies while the agent is down is not papered over: the VMI is marked Failed with
+/// the reason. `weft down` leaves no QEMU behind.
+#[test]
+fn killed_agent_adopts_the_running_guest() {
+    if !root_or_skip("killed_agent_adopts_the_running_guest") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster { dir };
+    let up = weft(cluster.state(), &["up", "--nodes", "1", "--timeout", "240"]);
+    assert!(up.status.success(), "weft up:\n{}\n{}", text(&up), cluster.logs());
+    let qemu = cluster.record("qemu-default-vm1").expect("QEMU recorded");
+    assert!(running(qemu.0, qemu.1));
+
+    let old = kill9(&cluster, "agent-node1");
+    let new = wait_restarted(&cluster, "agent-node1", old);
+    wait("the launcher adopted", Duration::from_secs(30), || {
+        std::fs::read_to_string(cluster.state().join("nodes/node1/agent.log"))
+            .ok()?
+            .lines()
+            .any(|l| l.contains("adopted the launcher"))
+            .then_some(())
+    });
+    assert!(
+        running(qemu.0, qemu.1),
+        "the guest's QEMU must survive the agent restart"
+    );
+    assert_eq!(cluster.record("qemu-default-vm1"), Some(qemu), "no second QEMU");
+    let qemus = Command::new("pgrep")
+        .args(["-f", &format!("{}.*vm1", cluster.state().display())])
+        .output()
+        .unwrap();
+    let qemus: Vec<&str> = std::str::from_utf8(&qemus.stdout).unwrap().lines().collect();
+    assert_eq!(qemus, [qemu.0.to_string()], "exactly one QEMU for vm1");
+    let vmi = cluster.json(&["get", "vmi", "vm1", "-o", "json"]);
+    assert_eq!(vmi["status"]["phase"], "Running", "{vmi}");
+    let ready = |vmi: &serde_json::Value| {
+        vmi["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+    };
+    assert!(ready(&vmi), "{vmi}");
+    assert!(new.0 != old.0);
+
+    // QEMU dies while the agent is down: the restarted agent says so on the VMI.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(qemu.0 as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let again = kill9(&cluster, "agent-node1");
+    wait_restarted(&cluster, "agent-node1", again);
+    let vmi = wait("vm1 marked Failed", Duration::from_secs(30), || {
+        let vmi = cluster.json(&["get", "vmi", "vm1", "-o", "json"]);
+        (vmi["status"]["phase"] == "Failed").then_some(vmi)
+    });
+    let reason = vmi["status"]["reason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("QEMU") && reason.contains("exited while the node agent was down"),
+        "{vmi}"
+    );
+    assert!(!ready(&vmi), "{vmi}");
     let out = cluster.down();
     assert!(out.status.success(), "{}", text(&out));
 }

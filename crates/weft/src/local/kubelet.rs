@@ -127,10 +127,11 @@ fn previous_sandbox(topology: &Topology, pod: &Pod) -> Option<Sandbox> {
         .then_some(sandbox)
 }
 
-/// Take over a pod the previous agent started. A plain pod's sandbox keeps running untouched. A
-/// launcher pod's DHCP servers lived in the previous agent and are gone, so its guest cannot
-/// renew its leases: its QEMU (recorded with its start identity) is stopped rather than left
-/// orphaned, its sandbox removed, and the pod and VMI marked Failed with the reason.
+/// Take over a pod the previous agent started. A plain pod's sandbox keeps running untouched; a
+/// launcher pod's wiring, DHCP servers and QEMU are taken over ([`launcher::adopt`]). When that
+/// fails (its QEMU died meanwhile, no record), nothing is left orphaned: the recorded QEMU (if
+/// it still is that process) is stopped, the sandbox removed, and the pod and VMI marked Failed
+/// with the reason.
 async fn adopt(agent: &Arc<Agent>, pod: &Pod, sandbox: Sandbox) -> Option<RunningPod> {
     let (namespace, name, _) = sandbox.pod.clone();
     let is_launcher =
@@ -149,22 +150,34 @@ async fn adopt(agent: &Arc<Agent>, pod: &Pod, sandbox: Sandbox) -> Option<Runnin
         .annotation(launcher_pod::DOMAIN_ANNOTATION)
         .unwrap_or_default()
         .to_string();
+    let dir = pod_dir(agent, &namespace, &name);
+    let taken = async {
+        let object = Api::<VirtualMachineInstance>::namespaced(agent.store.clone(), &namespace)
+            .get_required(&vmi)
+            .await?;
+        launcher::adopt(agent, pod, &object, &sandbox, &dir).await
+    }
+    .await;
+    let error = match taken {
+        Ok(state) => {
+            tracing::info!(pod = %name, vmi = %vmi, "adopted the launcher of the previous agent");
+            return Some(RunningPod {
+                namespace,
+                name,
+                sandbox,
+                launcher: Some(state),
+            });
+        }
+        Err(e) => e,
+    };
     let qemu = format!("qemu-{namespace}-{vmi}");
-    let mut stopped_guest = false;
     if let Some(record) = crate::local::processes::recorded(&agent.state_dir, &qemu) {
-        stopped_guest = record.signal(nix::sys::signal::Signal::SIGKILL);
+        record.signal(nix::sys::signal::Signal::SIGKILL);
         let _ = std::fs::remove_file(
             crate::local::processes::pid_dir(&agent.state_dir).join(format!("{qemu}.pid")),
         );
     }
-    let reason = format!(
-        "the node agent restarted and the launcher's DHCP servers were lost{}",
-        if stopped_guest {
-            "; its QEMU was stopped"
-        } else {
-            ""
-        }
-    );
+    let reason = format!("the node agent restarted and could not take the launcher over: {error:#}");
     tracing::warn!(pod = %name, "{reason}");
     if let Err(e) = sandbox::remove(agent, sandbox).await {
         tracing::warn!(pod = %name, "sandbox removal: {e:#}");
