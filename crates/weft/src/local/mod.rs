@@ -278,7 +278,11 @@ async fn print_status(store: &std::sync::Arc<dyn weft_store::Store>) -> anyhow::
 /// with no cluster recorded is refused, and nothing is touched.
 pub async fn down(state: &Path) -> anyhow::Result<i32> {
     let topology = Topology::load(state)?;
-    let stopped = processes::stop_all(state, Duration::from_secs(5));
+    // Signalling and waiting for the processes to go blocks: not on an async worker.
+    let stopped = {
+        let state = state.to_path_buf();
+        tokio::task::spawn_blocking(move || processes::stop_all(&state, Duration::from_secs(5))).await?
+    };
     let mut errors = Vec::new();
     let existing = weft_host::Netns::list_named().unwrap_or_default();
     for name in topology.owned_netns(&existing) {
