@@ -429,6 +429,22 @@ impl RunningGuest {
         }
     }
 
+    /// How QEMU ended, once it has (`None` while it runs); an adopted QEMU is not our child,
+    /// so only that it is gone is known.
+    pub fn exited(&mut self) -> Option<String> {
+        if let Some(child) = self.child.as_mut() {
+            return child.try_wait().ok().flatten().map(|status| status.to_string());
+        }
+        let pid = self.adopted?;
+        let gone = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(true);
+        gone.then(|| "exited".to_string())
+    }
+
     /// Which device id each hot-plug slot holds (to hand over with [`RunningGuest::adopt`]).
     pub fn plugged(&self) -> &[Option<String>] {
         &self.plugged
@@ -651,6 +667,8 @@ mod tests {
         let guest = RunningGuest::adopt(&spec, pid, vec![Some("ua-x".into())]);
         assert_eq!(guest.pid(), Some(pid));
         assert_eq!(guest.plugged(), [Some("ua-x".to_string()), None]);
+        let mut guest = guest;
+        assert_eq!(guest.exited(), None, "still running");
         guest.stop().unwrap();
         let status = other.wait().unwrap();
         assert!(!status.success(), "killed, not exited: {status}");

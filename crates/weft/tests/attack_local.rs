@@ -134,9 +134,15 @@ fn wait<T>(what: &str, timeout: Duration, mut probe: impl FnMut() -> Option<T>) 
         if let Some(v) = probe() {
             return v;
         }
+        // Namespaces on the host at that moment: a `weft down` from before this fix (another
+        // checkout's binary) deletes every `weft-*` namespace, which is worth seeing here.
         assert!(
             Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
+            "timed out after {timeout:?} waiting for {what}; weft namespaces now: {:?}",
+            netns_list()
+                .into_iter()
+                .filter(|n| n.starts_with("weft-"))
+                .collect::<Vec<_>>()
         );
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -598,6 +604,48 @@ fn killed_agent_adopts_the_running_guest() {
         "{vmi}"
     );
     assert!(!ready(&vmi), "{vmi}");
+    let out = cluster.down();
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// A guest whose QEMU dies while the agent runs is not left looking alive: the VMI is Failed with
+/// the reason and `Ready=False`, and the launcher's sandbox is removed.
+#[test]
+fn a_guest_whose_qemu_dies_is_reported() {
+    if !root_or_skip("a_guest_whose_qemu_dies_is_reported") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster { dir };
+    let up = weft(cluster.state(), &["up", "--nodes", "1", "--timeout", "240"]);
+    assert!(up.status.success(), "weft up:\n{}\n{}", text(&up), cluster.logs());
+    let qemu = cluster.record("qemu-default-vm1").expect("QEMU recorded");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(qemu.0 as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let vmi = wait("vm1 marked Failed", Duration::from_secs(30), || {
+        let vmi = cluster.json(&["get", "vmi", "vm1", "-o", "json"]);
+        (vmi["status"]["phase"] == "Failed").then_some(vmi)
+    });
+    let reason = vmi["status"]["reason"].as_str().unwrap_or("");
+    assert!(reason.contains("QEMU exited"), "{vmi}");
+    let ready = vmi["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned())
+        .unwrap_or_default();
+    assert_eq!(ready["reason"], "GuestExited", "{vmi}");
+    assert_eq!(ready["status"], "False", "{vmi}");
+    let prefix = format!(
+        "weft-{}-pod-default-virt-launcher-vm1",
+        cluster.topology()["cluster_id"].as_str().unwrap()
+    );
+    wait(
+        "the failed launcher's namespace removed",
+        Duration::from_secs(20),
+        || (!netns_list().iter().any(|n| n.starts_with(&prefix))).then_some(()),
+    );
     let out = cluster.down();
     assert!(out.status.success(), "{}", text(&out));
 }

@@ -87,6 +87,23 @@ pub async fn run(agent: Arc<Agent>, mut stop: tokio::sync::watch::Receiver<bool>
             {
                 tracing::warn!(pod = %run.name, "guest report: {e:#}");
             }
+            // A guest whose QEMU died is not left looking alive: the pod fails (and is stopped
+            // on the next pass), the VMI says why.
+            if let Some(state) = run.launcher.as_mut()
+                && let Some(how) = state.guest.as_mut().and_then(|g| g.exited())
+            {
+                let reason = format!("the guest's QEMU exited ({how})");
+                tracing::warn!(pod = %run.name, "{reason}");
+                state.guest = None;
+                // The VMI first: the controller leaves a Failed VMI alone, so the reason stays.
+                mark_vmi_failed(&agent, &run.namespace, &state.vmi.clone(), "GuestExited", &reason).await;
+                if let Ok(Some(pod)) = Api::<Pod>::namespaced(agent.store.clone(), &run.namespace)
+                    .get(&run.name)
+                    .await
+                {
+                    set_pod_phase(&agent, &pod, "Failed", &reason, "").await;
+                }
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(RESYNC) => {}
@@ -182,19 +199,26 @@ async fn adopt(agent: &Arc<Agent>, pod: &Pod, sandbox: Sandbox) -> Option<Runnin
     if let Err(e) = sandbox::remove(agent, sandbox).await {
         tracing::warn!(pod = %name, "sandbox removal: {e:#}");
     }
+    // The VMI first: the controller leaves a Failed VMI alone, so the reason stays.
+    mark_vmi_failed(agent, &namespace, &vmi, "LauncherLost", &reason).await;
     set_pod_phase(agent, pod, "Failed", &reason, "").await;
-    let marked = Api::<VirtualMachineInstance>::namespaced(agent.store.clone(), &namespace)
-        .modify_status(&vmi, |v| {
+    None
+}
+
+/// Mark a VMI Failed with `reason` (status.reason and a `Ready=False` condition saying why).
+async fn mark_vmi_failed(agent: &Arc<Agent>, namespace: &str, vmi: &str, code: &str, reason: &str) {
+    let marked = Api::<VirtualMachineInstance>::namespaced(agent.store.clone(), namespace)
+        .modify_status(vmi, |v| {
             let status = v.status.get_or_insert_with(Default::default);
             status.phase = "Failed".into();
             status
                 .extra
-                .insert("reason".into(), serde_json::Value::String(reason.clone()));
+                .insert("reason".into(), serde_json::Value::String(reason.into()));
             let ready = weft_vm::api::Condition {
                 type_: "Ready".into(),
                 status: "False".into(),
-                reason: "LauncherLost".into(),
-                message: reason.clone(),
+                reason: code.into(),
+                message: reason.into(),
                 last_transition_time: Some(weft_store::now_rfc3339().into()),
                 ..Default::default()
             };
@@ -206,9 +230,8 @@ async fn adopt(agent: &Arc<Agent>, pod: &Pod, sandbox: Sandbox) -> Option<Runnin
     if let Err(e) = marked
         && !e.is_not_found()
     {
-        tracing::warn!(vmi = %vmi, "status update: {e}");
+        tracing::warn!(vmi, "status update: {e}");
     }
-    None
 }
 
 async fn start_pod(agent: &Arc<Agent>, topology: &Topology, pod: &Pod) -> anyhow::Result<RunningPod> {
