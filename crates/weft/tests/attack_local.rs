@@ -543,7 +543,7 @@ fn killed_controller_is_restarted_and_a_stop_is_not_lost() {
 /// The guest case: kill -9 the agent while vm1's guest runs. The restarted agent adopts the
 /// same QEMU (same pid, not orphaned, not duplicated) and the VMI stays Running and Ready; then
 /// a QEMU that dies while the agent is down is not papered over: the VMI is marked Failed with
-/// the reason. `weft down` leaves no QEMU behind.
+/// the reason.
 #[test]
 fn killed_agent_adopts_the_running_guest() {
     if !root_or_skip("killed_agent_adopts_the_running_guest") {
