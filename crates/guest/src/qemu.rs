@@ -347,6 +347,9 @@ fn is_mac(mac: &str) -> bool {
 pub struct RunningGuest {
     spec: GuestSpec,
     child: Option<Child>,
+    /// QEMU started by another process and taken over ([`RunningGuest::adopt`]): not our
+    /// child, so it is signalled by pid and watched through /proc.
+    adopted: Option<u32>,
     follower: LogFollower,
     /// Hot-plugged device ids by slot.
     plugged: Vec<Option<String>>,
@@ -404,14 +407,52 @@ impl RunningGuest {
         Ok(Self {
             spec: spec.clone(),
             child: Some(child),
+            adopted: None,
             follower: LogFollower::new(&spec.serial_log()),
             plugged: vec![None; usize::from(spec.hotplug_slots)],
         })
     }
 
+    /// Takes over the QEMU of `spec` running as `pid`, started by another process (a node agent
+    /// that restarted): reports are read from the serial log from its beginning, hot-plug goes
+    /// through its QMP socket, `plugged` says which hot-plug slots hold which device ids, and
+    /// stopping (or dropping) the handle kills it. The caller vouches that `pid` is that QEMU.
+    pub fn adopt(spec: &GuestSpec, pid: u32, plugged: Vec<Option<String>>) -> Self {
+        let mut plugged = plugged;
+        plugged.resize(usize::from(spec.hotplug_slots), None);
+        Self {
+            spec: spec.clone(),
+            child: None,
+            adopted: Some(pid),
+            follower: LogFollower::new(&spec.serial_log()),
+            plugged,
+        }
+    }
+
+    /// How QEMU ended, once it has (`None` while it runs); an adopted QEMU is not our child,
+    /// so only that it is gone is known.
+    pub fn exited(&mut self) -> Option<String> {
+        if let Some(child) = self.child.as_mut() {
+            return child.try_wait().ok().flatten().map(|status| status.to_string());
+        }
+        let pid = self.adopted?;
+        let gone = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(true);
+        gone.then(|| "exited".to_string())
+    }
+
+    /// Which device id each hot-plug slot holds (to hand over with [`RunningGuest::adopt`]).
+    pub fn plugged(&self) -> &[Option<String>] {
+        &self.plugged
+    }
+
     /// QEMU's process id.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.child.as_ref().map(Child::id).or(self.adopted)
     }
 
     /// The spec this guest runs.
@@ -523,6 +564,27 @@ impl RunningGuest {
     }
 
     fn kill(&mut self) -> std::io::Result<()> {
+        if let Some(pid) = self.adopted.take() {
+            // Not our child: signal it and wait (bounded) until it is gone from /proc.
+            // SAFETY: kill(2) on the pid the adopter vouched for.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline && Path::new(&format!("/proc/{pid}")).exists() {
+                let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .map(|s| {
+                        s.rsplit_once(')')
+                            .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+                    })
+                    .unwrap_or(true);
+                if zombie {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = std::fs::remove_file(self.spec.pidfile());
+            let _ = std::fs::remove_file(self.spec.qmp_socket());
+            return Ok(());
+        }
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };
@@ -593,6 +655,24 @@ impl Drop for RunningGuest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_adopted_guest_reports_its_pid_and_is_killed_on_stop() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = spec();
+        spec.run_dir = dir.path().to_path_buf();
+        spec.hotplug_slots = 2;
+        let mut other = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = other.id();
+        let guest = RunningGuest::adopt(&spec, pid, vec![Some("ua-x".into())]);
+        assert_eq!(guest.pid(), Some(pid));
+        assert_eq!(guest.plugged(), [Some("ua-x".to_string()), None]);
+        let mut guest = guest;
+        assert_eq!(guest.exited(), None, "still running");
+        guest.stop().unwrap();
+        let status = other.wait().unwrap();
+        assert!(!status.success(), "killed, not exited: {status}");
+    }
 
     fn spec() -> GuestSpec {
         let mut spec = GuestSpec::new(

@@ -101,6 +101,7 @@ pub fn known_types() -> Vec<ResourceType> {
         weft_vm::VirtualMachine::resource_type(),
         weft_vm::VirtualMachineInstance::resource_type(),
         weft_ipam::IpamClaim::resource_type(),
+        crate::kinds::Event::resource_type(),
     ]
 }
 
@@ -125,7 +126,8 @@ pub fn resolve_kind(name: &str) -> anyhow::Result<ResourceType> {
         | "network-attachment-definitions"
         | "networkattachmentdefinition" => "NetworkAttachmentDefinition",
         "ipamclaim" | "ipamclaims" => "IPAMClaim",
-        _ => anyhow::bail!("unknown kind {name:?} (known: vm, vmi, pod, node, nad, ipamclaim)"),
+        "event" | "events" | "ev" => "Event",
+        _ => anyhow::bail!("unknown kind {name:?} (known: vm, vmi, pod, node, nad, ipamclaim, event)"),
     };
     known_types()
         .into_iter()

@@ -99,3 +99,70 @@ impl Resource for Node {
         &mut self.metadata
     }
 }
+
+/// The object an [`Event`] is about (core/v1 `ObjectReference`, the fields weft fills).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectReference {
+    /// API version of the object.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub api_version: String,
+    /// Kind of the object.
+    #[serde(default)]
+    pub kind: String,
+    /// Namespace (empty for cluster-scoped objects).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// Name.
+    #[serde(default)]
+    pub name: String,
+}
+
+/// An Event (core/v1, kubectl's shape): something that happened to an object. A repeat of the
+/// same reason about the same object bumps `count` and `lastTimestamp` instead of adding one.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    /// Metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// What it is about.
+    #[serde(default)]
+    pub involved_object: ObjectReference,
+    /// Short CamelCase reason (`AgentDown`).
+    #[serde(default)]
+    pub reason: String,
+    /// Human-readable description.
+    #[serde(default)]
+    pub message: String,
+    /// `Normal` or `Warning`.
+    #[serde(rename = "type", default)]
+    pub type_: String,
+    /// How many times it happened.
+    #[serde(default)]
+    pub count: u32,
+    /// First time (RFC 3339).
+    #[serde(default)]
+    pub first_timestamp: String,
+    /// Last time (RFC 3339).
+    #[serde(default)]
+    pub last_timestamp: String,
+    /// Who reports it (`weft-supervisor`).
+    #[serde(default)]
+    pub reporting_component: String,
+    /// Other fields, kept.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl Resource for Event {
+    const API_VERSION: &'static str = "v1";
+    const KIND: &'static str = "Event";
+    const PLURAL: &'static str = "events";
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}

@@ -8,6 +8,7 @@ mod claims;
 mod cli;
 mod cluster;
 mod controller;
+mod events;
 mod install;
 mod ipam_plugin;
 mod kinds;

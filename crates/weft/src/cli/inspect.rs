@@ -95,6 +95,7 @@ pub fn table(kind: &str, objects: &[Object], with_namespace: bool) -> String {
         "VirtualMachine" => vec!["NAME", "AGE", "STATUS", "READY"],
         "Pod" => vec!["NAME", "STATUS", "IP", "NODE", "AGE"],
         "IPAMClaim" => vec!["NAME", "NETWORK", "IPS", "OWNER", "AGE"],
+        "Event" => vec!["TYPE", "REASON", "OBJECT", "COUNT", "LAST SEEN", "MESSAGE"],
         _ => vec!["NAME", "AGE"],
     };
     let mut rows: Vec<Vec<String>> = Vec::new();
@@ -125,6 +126,18 @@ pub fn table(kind: &str, objects: &[Object], with_namespace: bool) -> String {
                 age(o),
                 text(o, "status.printableStatus"),
                 text(o, "status.ready"),
+            ],
+            "Event" => vec![
+                text(o, "type"),
+                text(o, "reason"),
+                format!(
+                    "{}/{}",
+                    text(o, "involvedObject.kind").to_lowercase(),
+                    text(o, "involvedObject.name")
+                ),
+                text(o, "count"),
+                text(o, "lastTimestamp"),
+                text(o, "message"),
             ],
             "Pod" => vec![
                 name,

@@ -40,12 +40,15 @@ pub struct Cli {
 pub enum Command {
     /// Bring up the local cluster, apply the examples and start the example VM.
     Up(crate::local::UpArgs),
-    /// Remove everything the local cluster created.
+    /// Remove everything the local cluster of this state directory created (nothing else).
     Down,
     /// Create an empty embedded store in the state directory, for agents and controllers run
     /// by hand on the embedded store (`weft up` creates its own). Commands such as `apply` and
     /// `get` need an existing store and never create one.
     Init,
+    /// Keep the local cluster's agents and controller running (started by `weft up`).
+    #[command(hide = true)]
+    Supervise,
     /// Create or update objects from a YAML/JSON manifest.
     Apply {
         /// Manifest file (`-` for stdin).
@@ -236,6 +239,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Up(args) => crate::local::up(&state, args).await,
         Command::Down => crate::local::down(&state).await,
         Command::Init => crate::cluster::init_store(&state).await,
+        Command::Supervise => crate::local::supervisor::run(&state).await,
         Command::Apply { file } => manifests::apply(&state, &file).await,
         Command::Get(args) => inspect::get(&state, args).await,
         Command::Delete {

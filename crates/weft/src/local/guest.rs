@@ -30,16 +30,14 @@ pub fn check_words(vmi: &VirtualMachineInstance) -> Vec<String> {
         .collect()
 }
 
-/// Boot the guest on the NICs' taps inside the pod netns.
-pub fn boot(
+/// The QEMU spec of `vmi`'s guest booting on `nics`, its files in `dir` (built the same way at
+/// boot and when a restarted agent takes the running guest over).
+pub fn spec_for(
     agent: &Arc<Agent>,
     vmi: &VirtualMachineInstance,
     nics: &[DomainNic],
-    netns: &weft_host::Netns,
     dir: &Path,
-) -> anyhow::Result<RunningGuest> {
-    let _ = netns;
-    std::fs::create_dir_all(dir)?;
+) -> anyhow::Result<GuestSpec> {
     let kernel = weft_guest::locate_kernel(&weft_guest::kernel::kernel_dir()).context("guest kernel")?;
     let initrd = agent
         .state_dir
@@ -62,6 +60,19 @@ pub fn boot(
     // Free PCIe root ports for NIC hot-plug (KubeVirt keeps 4 − interfaces placeholders; at
     // least one here so a VM with many NICs can still take one more).
     spec.hotplug_slots = HOTPLUG_SLOTS.saturating_sub(nics.len() as u8).max(1);
+    Ok(spec)
+}
+
+/// Boot the guest on the NICs' taps inside the pod netns.
+pub fn boot(
+    agent: &Arc<Agent>,
+    vmi: &VirtualMachineInstance,
+    nics: &[DomainNic],
+    netns: &weft_host::Netns,
+    dir: &Path,
+) -> anyhow::Result<RunningGuest> {
+    std::fs::create_dir_all(dir)?;
+    let spec = spec_for(agent, vmi, nics, dir)?;
     let domain_xml = crate::local::domain::render(vmi, nics, &spec);
     std::fs::write(dir.join("domain.xml"), domain_xml)?;
     let netns_name = Path::new(&netns.label().to_string())
@@ -72,11 +83,10 @@ pub fn boot(
     let guest = RunningGuest::spawn(&spec, Some(&netns_name))
         .map_err(|e| anyhow::anyhow!("start QEMU for {}: {e}", vmi.metadata.name))?;
     if let Some(pid) = guest.pid() {
-        let run = crate::local::processes::pid_dir(&agent.state_dir);
-        std::fs::create_dir_all(&run)?;
-        std::fs::write(
-            run.join(format!("qemu-{}-{}.pid", vmi.namespace(), vmi.metadata.name)),
-            pid.to_string(),
+        crate::local::processes::record(
+            &agent.state_dir,
+            &format!("qemu-{}-{}", vmi.namespace(), vmi.metadata.name),
+            pid,
         )?;
     }
     Ok(guest)

@@ -32,6 +32,7 @@ struct RunningPod {
 /// Run pods bound to this node until `stop` turns true, then stop them all.
 pub async fn run(agent: Arc<Agent>, mut stop: tokio::sync::watch::Receiver<bool>) -> anyhow::Result<()> {
     let node = agent.args.node.clone();
+    let topology = Topology::load(&agent.state_dir)?;
     let pods_api = Api::<Pod>::all(agent.store.clone());
     let mut running: BTreeMap<String, RunningPod> = BTreeMap::new();
     loop {
@@ -47,7 +48,17 @@ pub async fn run(agent: Arc<Agent>, mut stop: tokio::sync::watch::Receiver<bool>
             if running.contains_key(uid) {
                 continue;
             }
-            match start_pod(&agent, pod).await {
+            if let Some(sandbox) = previous_sandbox(&topology, pod) {
+                // Started by this node's previous agent (it was restarted): take it over.
+                match adopt(&agent, pod, sandbox).await {
+                    Some(run) => {
+                        running.insert(uid.clone(), run);
+                    }
+                    None => continue,
+                }
+                continue;
+            }
+            match start_pod(&agent, &topology, pod).await {
                 Ok(run) => {
                     running.insert(uid.clone(), run);
                 }
@@ -76,6 +87,23 @@ pub async fn run(agent: Arc<Agent>, mut stop: tokio::sync::watch::Receiver<bool>
             {
                 tracing::warn!(pod = %run.name, "guest report: {e:#}");
             }
+            // A guest whose QEMU died is not left looking alive: the pod fails (and is stopped
+            // on the next pass), the VMI says why.
+            if let Some(state) = run.launcher.as_mut()
+                && let Some(how) = state.guest.as_mut().and_then(|g| g.exited())
+            {
+                let reason = format!("the guest's QEMU exited ({how})");
+                tracing::warn!(pod = %run.name, "{reason}");
+                state.guest = None;
+                // The VMI first: the controller leaves a Failed VMI alone, so the reason stays.
+                mark_vmi_failed(&agent, &run.namespace, &state.vmi.clone(), "GuestExited", &reason).await;
+                if let Ok(Some(pod)) = Api::<Pod>::namespaced(agent.store.clone(), &run.namespace)
+                    .get(&run.name)
+                    .await
+                {
+                    set_pod_phase(&agent, &pod, "Failed", &reason, "").await;
+                }
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(RESYNC) => {}
@@ -89,10 +117,127 @@ pub async fn run(agent: Arc<Agent>, mut stop: tokio::sync::watch::Receiver<bool>
     }
 }
 
-async fn start_pod(agent: &Arc<Agent>, pod: &Pod) -> anyhow::Result<RunningPod> {
+/// The sandbox a previous agent of this node left for `pod`: the pod is Running with its
+/// sandbox id recorded and its namespace still exists.
+fn previous_sandbox(topology: &Topology, pod: &Pod) -> Option<Sandbox> {
+    if pod.status.phase != "Running" {
+        return None;
+    }
+    let id = pod
+        .metadata
+        .annotation(crate::claims::SANDBOX_ANNOTATION)?
+        .to_string();
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let netns = topology.pod_netns(&namespace, &pod.metadata.name);
+    let sandbox = Sandbox {
+        id,
+        netns,
+        pod: (
+            namespace,
+            pod.metadata.name.clone(),
+            pod.metadata.uid.clone().unwrap_or_default(),
+        ),
+        pod_ip: pod.status.pod_ip.clone(),
+    };
+    std::path::Path::new(&sandbox.netns_path())
+        .exists()
+        .then_some(sandbox)
+}
+
+/// Take over a pod the previous agent started. A plain pod's sandbox keeps running untouched; a
+/// launcher pod's wiring, DHCP servers and QEMU are taken over ([`launcher::adopt`]). When that
+/// fails (its QEMU died meanwhile, no record), nothing is left orphaned: the recorded QEMU (if
+/// it still is that process) is stopped, the sandbox removed, and the pod and VMI marked Failed
+/// with the reason.
+async fn adopt(agent: &Arc<Agent>, pod: &Pod, sandbox: Sandbox) -> Option<RunningPod> {
+    let (namespace, name, _) = sandbox.pod.clone();
+    let is_launcher =
+        pod.metadata.label(launcher_pod::LAUNCHER_LABEL.0) == Some(launcher_pod::LAUNCHER_LABEL.1);
+    if !is_launcher {
+        tracing::info!(pod = %name, netns = %sandbox.netns, "adopted the sandbox of the previous agent");
+        return Some(RunningPod {
+            namespace,
+            name,
+            sandbox,
+            launcher: None,
+        });
+    }
+    let vmi = pod
+        .metadata
+        .annotation(launcher_pod::DOMAIN_ANNOTATION)
+        .unwrap_or_default()
+        .to_string();
+    let dir = pod_dir(agent, &namespace, &name);
+    let taken = async {
+        let object = Api::<VirtualMachineInstance>::namespaced(agent.store.clone(), &namespace)
+            .get_required(&vmi)
+            .await?;
+        launcher::adopt(agent, pod, &object, &sandbox, &dir).await
+    }
+    .await;
+    let error = match taken {
+        Ok(state) => {
+            tracing::info!(pod = %name, vmi = %vmi, "adopted the launcher of the previous agent");
+            return Some(RunningPod {
+                namespace,
+                name,
+                sandbox,
+                launcher: Some(state),
+            });
+        }
+        Err(e) => e,
+    };
+    let qemu = format!("qemu-{namespace}-{vmi}");
+    if let Some(record) = crate::local::processes::recorded(&agent.state_dir, &qemu) {
+        record.signal(nix::sys::signal::Signal::SIGKILL);
+        let _ = std::fs::remove_file(
+            crate::local::processes::pid_dir(&agent.state_dir).join(format!("{qemu}.pid")),
+        );
+    }
+    let reason = format!("the node agent restarted and could not take the launcher over: {error:#}");
+    tracing::warn!(pod = %name, "{reason}");
+    if let Err(e) = sandbox::remove(agent, sandbox).await {
+        tracing::warn!(pod = %name, "sandbox removal: {e:#}");
+    }
+    // The VMI first: the controller leaves a Failed VMI alone, so the reason stays.
+    mark_vmi_failed(agent, &namespace, &vmi, "LauncherLost", &reason).await;
+    set_pod_phase(agent, pod, "Failed", &reason, "").await;
+    None
+}
+
+/// Mark a VMI Failed with `reason` (status.reason and a `Ready=False` condition saying why).
+async fn mark_vmi_failed(agent: &Arc<Agent>, namespace: &str, vmi: &str, code: &str, reason: &str) {
+    let marked = Api::<VirtualMachineInstance>::namespaced(agent.store.clone(), namespace)
+        .modify_status(vmi, |v| {
+            let status = v.status.get_or_insert_with(Default::default);
+            status.phase = "Failed".into();
+            status
+                .extra
+                .insert("reason".into(), serde_json::Value::String(reason.into()));
+            let ready = weft_vm::api::Condition {
+                type_: "Ready".into(),
+                status: "False".into(),
+                reason: code.into(),
+                message: reason.into(),
+                last_transition_time: Some(weft_store::now_rfc3339().into()),
+                ..Default::default()
+            };
+            status.conditions.retain(|c| c.type_ != "Ready");
+            status.conditions.push(ready);
+            true
+        })
+        .await;
+    if let Err(e) = marked
+        && !e.is_not_found()
+    {
+        tracing::warn!(vmi, "status update: {e}");
+    }
+}
+
+async fn start_pod(agent: &Arc<Agent>, topology: &Topology, pod: &Pod) -> anyhow::Result<RunningPod> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let name = pod.metadata.name.clone();
-    let netns = Topology::pod_netns(&namespace, &name);
+    let netns = topology.pod_netns(&namespace, &name);
     let sandbox = sandbox::create(agent, pod, &netns)
         .await
         .with_context(|| format!("pod {namespace}/{name}"))?;

@@ -3,9 +3,11 @@
 //! over DHCP, then boot the guest on the taps, and report domain and guest-agent status.
 
 use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
+use serde::{Deserialize, Serialize};
 use weft_launcher::exec::{self, NetnsBackend};
 use weft_launcher::{
     Binding, GuestLease, NatOptions, TapOwner, TapSettings, VmNetworkCidrs, WiringPlan, WiringRequest,
@@ -33,10 +35,162 @@ pub struct LauncherState {
     pub domain: Vec<DomainNic>,
     /// Pod IPs per network (the pod interface cache).
     pub pod_ips: std::collections::BTreeMap<String, Vec<String>>,
+    /// The pod's directory (serial log, domain XML, the launcher record).
+    pub dir: PathBuf,
+    /// The NICs the guest booted with (its QEMU spec).
+    pub boot_nics: Vec<DomainNic>,
+}
+
+/// What a launcher records in its pod directory (`launcher.json`) so that a restarted agent
+/// takes over the wiring, the DHCP servers and the running guest instead of orphaning them.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LauncherRecord {
+    vmi: String,
+    netns_path: String,
+    plans: Vec<WiringPlan>,
+    domain: Vec<DomainNic>,
+    pod_ips: std::collections::BTreeMap<String, Vec<String>>,
+    boot_nics: Vec<DomainNic>,
+    /// The guest's QEMU: pid, start time, hot-plug slots.
+    guest: Option<(u32, u64, Vec<Option<String>>)>,
+}
+
+const RECORD_FILE: &str = "launcher.json";
+
+/// Record `state` in its pod directory (atomically: a restarted agent reads all or nothing).
+pub fn save(state: &LauncherState) -> anyhow::Result<()> {
+    let guest = match state.guest.as_ref().and_then(|g| g.pid().map(|pid| (g, pid))) {
+        Some((guest, pid)) => {
+            let record = crate::local::processes::ProcessRecord::of(pid)
+                .with_context(|| format!("the guest's QEMU (pid {pid}) is gone"))?;
+            Some((pid, record.start_time, guest.plugged().to_vec()))
+        }
+        None => None,
+    };
+    let record = LauncherRecord {
+        vmi: state.vmi.clone(),
+        netns_path: state.netns_path.clone(),
+        plans: state.plans.clone(),
+        domain: state.domain.clone(),
+        pod_ips: state.pod_ips.clone(),
+        boot_nics: state.boot_nics.clone(),
+        guest,
+    };
+    std::fs::create_dir_all(&state.dir)?;
+    let file = state.dir.join(RECORD_FILE);
+    let tmp = file.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&record)?)
+        .with_context(|| format!("write {}", tmp.display()))?;
+    std::fs::rename(&tmp, &file).with_context(|| format!("write {}", file.display()))?;
+    Ok(())
+}
+
+/// Take over the launcher a previous agent of this node ran for `vmi` in `sandbox`: its wiring
+/// stays as it is, its DHCP servers (which lived in that agent) start again on the same leases,
+/// and its QEMU, if the record's pid still is that process, is adopted. A guest whose QEMU died
+/// meanwhile is an error (the caller marks the VMI with it).
+pub async fn adopt(
+    agent: &Arc<Agent>,
+    pod: &Pod,
+    vmi: &VirtualMachineInstance,
+    sandbox: &Sandbox,
+    dir: &Path,
+) -> anyhow::Result<LauncherState> {
+    let file = dir.join(RECORD_FILE);
+    let record: LauncherRecord =
+        serde_json::from_slice(&std::fs::read(&file).with_context(|| format!("read {}", file.display()))?)
+            .with_context(|| format!("parse {}", file.display()))?;
+    anyhow::ensure!(
+        record.netns_path == sandbox.netns_path() && record.vmi == vmi.metadata.name,
+        "{} records another sandbox or VMI",
+        file.display()
+    );
+    let mut state = LauncherState {
+        vmi: record.vmi,
+        netns_path: record.netns_path,
+        plans: record.plans,
+        dhcp: Default::default(),
+        guest: None,
+        domain: record.domain,
+        pod_ips: record.pod_ips,
+        dir: dir.to_path_buf(),
+        boot_nics: record.boot_nics,
+    };
+    if let Err(e) = take_over(agent, pod, vmi, &mut state, record.guest) {
+        // What was taken over (a guest handle, DHCP servers, the wiring) is undone, not leaked.
+        stop(agent, state).await;
+        return Err(e);
+    }
+    report(agent, vmi.namespace(), &mut state).await?;
+    save(&state)?;
+    Ok(state)
+}
+
+fn take_over(
+    agent: &Arc<Agent>,
+    pod: &Pod,
+    vmi: &VirtualMachineInstance,
+    state: &mut LauncherState,
+    guest: Option<(u32, u64, Vec<Option<String>>)>,
+) -> anyhow::Result<()> {
+    if let Some((pid, start_time, plugged)) = guest {
+        let qemu = crate::local::processes::ProcessRecord { pid, start_time };
+        anyhow::ensure!(
+            qemu.is_running(),
+            "the guest's QEMU (pid {pid}) exited while the node agent was down"
+        );
+        let spec = crate::local::guest::spec_for(agent, vmi, &state.boot_nics, &state.dir)?;
+        state.guest = Some(weft_guest::RunningGuest::adopt(&spec, pid, plugged));
+    }
+    let statuses = weft_vm::network_statuses(&pod.metadata.annotations);
+    let netns = weft_host::Netns::open(&state.netns_path)?;
+    for plan in state.plans.clone() {
+        let Some(lease) = plan.lease.clone() else {
+            continue;
+        };
+        let Some(nic) = state.domain.iter().find(|n| n.tap == plan.names.tap).cloned() else {
+            continue;
+        };
+        serve_dhcp(state, &netns, vmi, &nic.name, &nic.tap, lease, &statuses)?;
+    }
+    Ok(())
+}
+
+/// Serve `lease` over DHCP in the pod netns for interface `interface`, to the guest behind
+/// `tap` only: the server reads requests off the guest's own tap and answers only the guest's
+/// MAC (KubeVirt answers any frame on the bridge).
+fn serve_dhcp(
+    state: &mut LauncherState,
+    netns: &weft_host::Netns,
+    vmi: &VirtualMachineInstance,
+    interface: &str,
+    tap: &str,
+    lease: GuestLease,
+    statuses: &[weft_netconf::NetworkStatus],
+) -> anyhow::Result<()> {
+    let default = statuses.iter().find(|s| s.default);
+    let dns: Vec<Ipv4Addr> = default
+        .map(|s| s.dns.nameservers.iter().filter_map(|n| n.parse().ok()).collect())
+        .unwrap_or_default();
+    let search = default.map(|s| s.dns.search.clone()).unwrap_or_default();
+    let Some(config) = dhcp_config(&lease, &vmi.metadata.name, &dns, &search) else {
+        return Ok(());
+    };
+    let (bridge, guest_tap) = (lease.server_interface.clone(), tap.to_string());
+    let sockets = netns
+        .run_in(move || weft_dhcp::bind_guest_v4(&bridge, &guest_tap))?
+        .with_context(|| format!("DHCP sockets on {} / {tap}", lease.server_interface))?;
+    state.dhcp.insert(
+        interface.to_string(),
+        weft_dhcp::spawn_guest(sockets, config)
+            .with_context(|| format!("DHCP on {}", lease.server_interface))?,
+    );
+    Ok(())
 }
 
 /// One guest NIC as the domain has it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DomainNic {
     /// Network (and interface) name.
     pub name: String,
@@ -158,26 +312,16 @@ fn wire_interface(
     );
     let lease = plan.lease.clone();
     state.plans.push(plan);
-    let default = statuses.iter().find(|s| s.default);
-    let dns: Vec<Ipv4Addr> = default
-        .map(|s| s.dns.nameservers.iter().filter_map(|n| n.parse().ok()).collect())
-        .unwrap_or_default();
-    let search = default.map(|s| s.dns.search.clone()).unwrap_or_default();
-    if let Some(lease) = lease
-        && let Some(config) = dhcp_config(&lease, &vmi.metadata.name, &dns, &search)
-    {
-        // The server reads requests off the guest's own tap and answers only the guest's MAC
-        // (KubeVirt answers any frame on the bridge).
-        let bridge = lease.server_interface.clone();
-        let tap = nic.tap.clone();
-        let sockets = netns
-            .run_in(move || weft_dhcp::bind_guest_v4(&bridge, &tap))?
-            .with_context(|| format!("DHCP sockets on {} / {}", lease.server_interface, nic.tap))?;
-        state.dhcp.insert(
-            vmi.spec.interfaces()[index].name.clone(),
-            weft_dhcp::spawn_guest(sockets, config)
-                .with_context(|| format!("DHCP on {}", lease.server_interface))?,
-        );
+    if let Some(lease) = lease {
+        serve_dhcp(
+            state,
+            netns,
+            vmi,
+            &vmi.spec.interfaces()[index].name,
+            &nic.tap,
+            lease,
+            statuses,
+        )?;
     }
     Ok(nic)
 }
@@ -198,6 +342,8 @@ pub async fn start(
         guest: None,
         domain: Vec::new(),
         pod_ips: Default::default(),
+        dir: crate::local::kubelet::pod_dir(agent, vmi.namespace(), &pod.metadata.name),
+        boot_nics: Vec::new(),
     };
     let netns = weft_host::Netns::open(sandbox.netns_path())?;
     let indexes: Vec<usize> = (0..vmi.spec.interfaces().len())
@@ -213,14 +359,21 @@ pub async fn start(
         }
     }
     if std::env::var("WEFT_NO_GUESTS").map(|v| v != "1").unwrap_or(true) {
-        let dir = crate::local::kubelet::pod_dir(agent, vmi.namespace(), &pod.metadata.name);
+        let dir = state.dir.clone();
         match crate::local::guest::boot(agent, vmi, &state.domain, &netns, &dir) {
-            Ok(guest) => state.guest = Some(guest),
+            Ok(guest) => {
+                state.guest = Some(guest);
+                state.boot_nics = state.domain.clone();
+            }
             Err(e) => {
                 stop(agent, state).await;
                 return Err(e);
             }
         }
+    }
+    if let Err(e) = save(&state) {
+        stop(agent, state).await;
+        return Err(e.context("record the launcher"));
     }
     report(agent, vmi.namespace(), &mut state).await?;
     Ok(state)
@@ -293,6 +446,7 @@ pub async fn hotplug(
         changes += 1;
     }
     if changes > 0 {
+        save(state)?;
         report(agent, vmi.namespace(), state).await?;
     }
     Ok(changes)
@@ -401,6 +555,7 @@ pub fn domain_report(
 
 /// Stop the guest and the DHCP servers, and undo the wiring.
 pub async fn stop(_agent: &Arc<Agent>, state: LauncherState) {
+    let _ = std::fs::remove_file(state.dir.join(RECORD_FILE));
     if let Some(guest) = state.guest {
         let _ = guest.stop();
     }

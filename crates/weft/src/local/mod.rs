@@ -8,6 +8,7 @@ mod launcher;
 mod network;
 pub mod processes;
 mod sandbox;
+pub mod supervisor;
 pub mod topology;
 
 use std::path::{Path, PathBuf};
@@ -110,9 +111,11 @@ pub async fn up(state: &Path, args: UpArgs) -> anyhow::Result<i32> {
         std::fs::create_dir_all(state)?;
         state
     })?;
-    let topology = Topology::new(state, args.nodes);
+    let existing = weft_host::Netns::list_named().context("list network namespaces")?;
+    let mut topology = Topology::new(state, &topology::new_cluster_id(&existing), args.nodes);
+    topology.no_guests = args.no_guests;
     std::fs::write(Topology::file(state), serde_json::to_vec_pretty(&topology)?)?;
-    match bring_up(&topology, &args, objects).await {
+    match bring_up(&topology, objects).await {
         Ok(()) => {}
         Err(e) => {
             eprintln!("weft up failed, removing what was created: {e:#}");
@@ -163,11 +166,7 @@ pub fn which(program: &str) -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
-async fn bring_up(
-    topology: &Topology,
-    args: &UpArgs,
-    objects: Vec<weft_store::Object>,
-) -> anyhow::Result<()> {
+async fn bring_up(topology: &Topology, objects: Vec<weft_store::Object>) -> anyhow::Result<()> {
     let state = &topology.state_dir;
     let exe = std::env::current_exe().context("locate the weft binary")?;
     let bin = topology.bin_dir();
@@ -199,43 +198,19 @@ async fn bring_up(
             .insert("weft.dev/netns".into(), node.netns.clone());
         object.status = serde_json::json!({"addresses": [{"type": "InternalIP", "address": node.underlay_ip.to_string()}]});
         nodes.create(&object).await?;
-        let mut command = Command::new(&exe);
-        command
-            .env("WEFT_STATE_DIR", state)
-            .env("WEFT_NO_GUESTS", if args.no_guests { "1" } else { "" })
-            .args(["agent", "--local", "--node", &node.name])
-            .arg("--socket")
-            .arg(node.socket())
-            .arg("--conf-dir")
-            .arg(node.conf_dir())
-            .arg("--cache-dir")
-            .arg(node.cache_dir())
-            .arg("--cni-bin-dir")
-            .arg(&bin)
-            .arg("--cni-bin-dir")
-            .arg("/usr/lib/cni")
-            .arg("--state-dir")
-            .arg(state);
-        let netns = weft_host::Netns::open_named(&node.netns)?;
-        processes::spawn_daemon(
-            state,
-            &format!("agent-{}", node.name),
-            Some(&netns),
-            command,
-            &node.dir.join("agent.log"),
-        )?;
     }
-    let mut controller = Command::new(&exe);
-    controller.arg("controller").arg("--state-dir").arg(state);
+    // The supervisor starts the agents and the controller and keeps them running.
+    let mut supervisor = Command::new(&exe);
+    supervisor.arg("supervise").arg("--state-dir").arg(state);
     processes::spawn_daemon(
         state,
-        "controller",
+        processes::SUPERVISOR,
         None,
-        controller,
-        &state.join("controller.log"),
+        supervisor,
+        &state.join("supervisor.log"),
     )?;
     for node in &topology.nodes {
-        wait_for_socket(&node.socket(), Duration::from_secs(10)).await?;
+        wait_for_socket(&node.socket(), Duration::from_secs(30)).await?;
     }
     for line in crate::cli::apply_objects(store.as_ref(), objects).await? {
         println!("{line}");
@@ -297,20 +272,25 @@ async fn print_status(store: &std::sync::Arc<dyn weft_store::Store>) -> anyhow::
     Ok(())
 }
 
-/// `weft down`: stop every process, delete every namespace, remove the state directory.
+/// `weft down`: stop the supervisor, then every process the state directory recorded (each
+/// checked against its start identity), delete the namespaces this cluster created (its
+/// topology's and its pods', named with its id) and remove the state directory. A directory
+/// with no cluster recorded is refused, and nothing is touched.
 pub async fn down(state: &Path) -> anyhow::Result<i32> {
-    let stopped = processes::stop_all(state, Duration::from_secs(5));
+    let topology = Topology::load(state)?;
+    // Signalling and waiting for the processes to go blocks: not on an async worker.
+    let stopped = {
+        let state = state.to_path_buf();
+        tokio::task::spawn_blocking(move || processes::stop_all(&state, Duration::from_secs(5))).await?
+    };
     let mut errors = Vec::new();
-    for name in weft_host::Netns::list_named().unwrap_or_default() {
-        if name.starts_with(topology::PREFIX)
-            && let Err(e) = weft_host::Netns::delete_named(&name)
-        {
+    let existing = weft_host::Netns::list_named().unwrap_or_default();
+    for name in topology.owned_netns(&existing) {
+        if let Err(e) = weft_host::Netns::delete_named(&name) {
             errors.push(format!("delete netns {name}: {e}"));
         }
     }
-    if (state.join("cluster.json").exists() || state.join(cluster::STORE_FILE).exists())
-        && let Err(e) = std::fs::remove_dir_all(state)
-    {
+    if let Err(e) = std::fs::remove_dir_all(state) {
         errors.push(format!("remove {}: {e}", state.display()));
     }
     println!("stopped {} processes; local cluster removed", stopped.len());

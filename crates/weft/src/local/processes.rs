@@ -1,31 +1,110 @@
-//! Background processes of the local cluster (node agents, the controller, the remote host's
-//! server): started detached with logs and pid files under the state directory, stopped by
-//! `weft down` — only processes whose command line names this state directory are signalled.
+//! Background processes of the local cluster (the supervisor, node agents, the controller, the
+//! remote host's server, QEMU guests): started with logs under the state directory and recorded
+//! as `run/<name>.pid` with their start identity (pid and start time from /proc/<pid>/stat), so
+//! `weft down` signals exactly the processes it recorded and never a process that reused a pid.
 
 use std::fs::{self, OpenOptions};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+/// Name of the supervisor's record: stopped first by `weft down`, so nothing restarts.
+pub const SUPERVISOR: &str = "supervisor";
+
 /// Where pid files live.
 pub fn pid_dir(state: &Path) -> PathBuf {
     state.join("run")
 }
 
-/// Start `command` detached (own session, stdin closed, stdout/stderr to `log`), optionally inside
-/// a network namespace, and record its pid as `run/<name>.pid`.
-pub fn spawn_daemon(
-    state: &Path,
+/// A process as recorded: its pid and its start time (clock ticks since boot, field 22 of
+/// /proc/<pid>/stat), which together name one process for the life of the machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessRecord {
+    /// Process id.
+    pub pid: u32,
+    /// Start time in clock ticks since boot.
+    pub start_time: u64,
+}
+
+impl ProcessRecord {
+    /// The record of the running process `pid`, if it exists.
+    pub fn of(pid: u32) -> Option<Self> {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        Some(Self {
+            pid,
+            start_time: parse_start_time(&stat)?,
+        })
+    }
+
+    /// The pid file's text: `<pid> <start time>`.
+    pub fn to_line(self) -> String {
+        format!("{} {}\n", self.pid, self.start_time)
+    }
+
+    /// Parse a pid file. A bare pid (an old record without start time) is not enough to tell
+    /// the process from one that reused its pid, so it does not parse.
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut words = text.split_whitespace();
+        let pid = words.next()?.parse().ok()?;
+        let start_time = words.next()?.parse().ok()?;
+        words.next().is_none().then_some(Self { pid, start_time })
+    }
+
+    /// Whether this very process still runs (same pid, same start time, not a zombie).
+    pub fn is_running(&self) -> bool {
+        fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .ok()
+            .is_some_and(|stat| parse_start_time(&stat) == Some(self.start_time) && !is_zombie(&stat))
+    }
+
+    /// Send `signal` if this very process still runs.
+    pub fn signal(&self, signal: Signal) -> bool {
+        self.is_running() && kill(Pid::from_raw(self.pid as i32), signal).is_ok()
+    }
+}
+
+/// Field 22 (starttime) of a /proc/<pid>/stat line; the command name (field 2) may hold spaces
+/// and parentheses, so fields are counted after the last `)`.
+pub fn parse_start_time(stat: &str) -> Option<u64> {
+    // After ")": field 3 (state) is index 0, so field 22 is index 19.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn is_zombie(stat: &str) -> bool {
+    stat.rsplit_once(')')
+        .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+}
+
+/// Record `pid` as `run/<name>.pid` with its start identity.
+pub fn record(state: &Path, name: &str, pid: u32) -> anyhow::Result<ProcessRecord> {
+    let record = ProcessRecord::of(pid).with_context(|| format!("{name} (pid {pid}) exited at once"))?;
+    fs::create_dir_all(pid_dir(state))?;
+    let file = pid_dir(state).join(format!("{name}.pid"));
+    let tmp = file.with_extension("pid.tmp");
+    fs::write(&tmp, record.to_line()).with_context(|| format!("write {}", tmp.display()))?;
+    fs::rename(&tmp, &file).with_context(|| format!("write {}", file.display()))?;
+    Ok(record)
+}
+
+/// The record `run/<name>.pid`, if there is a valid one.
+pub fn recorded(state: &Path, name: &str) -> Option<ProcessRecord> {
+    ProcessRecord::parse(&fs::read_to_string(pid_dir(state).join(format!("{name}.pid"))).ok()?)
+}
+
+/// Start `command` (stdin closed, stdout/stderr appended to `log`), optionally inside a network
+/// namespace, in its own session if `detach`; the caller owns the child.
+pub fn spawn_child(
     name: &str,
     netns: Option<&weft_host::Netns>,
     mut command: Command,
     log: &Path,
-) -> anyhow::Result<u32> {
+    detach: bool,
+) -> anyhow::Result<Child> {
     if let Some(dir) = log.parent() {
         fs::create_dir_all(dir)?;
     }
@@ -35,23 +114,82 @@ pub fn spawn_daemon(
         .open(log)
         .with_context(|| format!("open {}", log.display()))?;
     command.stdin(Stdio::null()).stdout(out.try_clone()?).stderr(out);
-    // SAFETY: setsid is async-signal-safe; it only detaches the child from our session.
-    unsafe {
-        command.pre_exec(|| {
-            nix::unistd::setsid().map_err(std::io::Error::from)?;
-            Ok(())
-        });
+    if detach {
+        // SAFETY: setsid is async-signal-safe; it only detaches the child from our session.
+        unsafe {
+            command.pre_exec(|| {
+                nix::unistd::setsid().map_err(std::io::Error::from)?;
+                Ok(())
+            });
+        }
     }
-    let child = match netns {
+    match netns {
         Some(ns) => ns
             .spawn(&mut command)
-            .with_context(|| format!("start {name} in {}", ns.label()))?,
-        None => command.spawn().with_context(|| format!("start {name}"))?,
-    };
+            .with_context(|| format!("start {name} in {}", ns.label())),
+        None => command.spawn().with_context(|| format!("start {name}")),
+    }
+}
+
+/// Start `command` detached (own session) and record it as `run/<name>.pid`.
+pub fn spawn_daemon(
+    state: &Path,
+    name: &str,
+    netns: Option<&weft_host::Netns>,
+    command: Command,
+    log: &Path,
+) -> anyhow::Result<u32> {
+    let child = spawn_child(name, netns, command, log, true)?;
     let pid = child.id();
-    fs::create_dir_all(pid_dir(state))?;
-    fs::write(pid_dir(state).join(format!("{name}.pid")), pid.to_string())?;
+    record(state, name, pid)?;
     Ok(pid)
+}
+
+/// Stop every recorded process of this state directory — the supervisor first, so nothing is
+/// restarted meanwhile: SIGTERM, then SIGKILL after `grace`. Only a process matching its record
+/// (pid and start time) is signalled. Returns the names stopped.
+pub fn stop_all(state: &Path, grace: Duration) -> Vec<String> {
+    // Every process weft starts for a cluster names its state directory on its command line
+    // (`--state-dir`, the QEMU serial log, the httpd root): a record pointing elsewhere, even
+    // with the right start time, is forged or stale and is not followed.
+    let needle = fs::canonicalize(state)
+        .unwrap_or_else(|_| state.to_path_buf())
+        .display()
+        .to_string();
+    let ours = |record: &ProcessRecord| record.is_running() && cmdline_mentions(record.pid, &needle);
+    let mut stopped = Vec::new();
+    if let Some(supervisor) = recorded(state, SUPERVISOR).filter(ours) {
+        stop(&[(SUPERVISOR.to_string(), supervisor)], grace);
+        stopped.push(SUPERVISOR.to_string());
+    }
+    let _ = fs::remove_file(pid_dir(state).join(format!("{SUPERVISOR}.pid")));
+    let mut running = Vec::new();
+    if let Ok(entries) = fs::read_dir(pid_dir(state)) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "pid") {
+                continue;
+            }
+            let name = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or("")
+                .to_string();
+            if let Some(record) = fs::read_to_string(&path)
+                .ok()
+                .and_then(|text| ProcessRecord::parse(&text))
+                .filter(ours)
+            {
+                running.push((name, record));
+            }
+        }
+    }
+    stop(&running, grace);
+    for (name, _) in &running {
+        let _ = fs::remove_file(pid_dir(state).join(format!("{name}.pid")));
+    }
+    stopped.extend(running.into_iter().map(|(name, _)| name));
+    stopped
 }
 
 fn cmdline_mentions(pid: u32, needle: &str) -> bool {
@@ -60,48 +198,56 @@ fn cmdline_mentions(pid: u32, needle: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Stop every recorded process of this state directory: SIGTERM, then SIGKILL after `grace`.
-/// Returns the names stopped.
-pub fn stop_all(state: &Path, grace: Duration) -> Vec<String> {
-    let needle = state.display().to_string();
-    let mut running = Vec::new();
-    if let Ok(entries) = fs::read_dir(pid_dir(state)) {
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let name = path
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .unwrap_or("")
-                .to_string();
-            let pid: Option<u32> = fs::read_to_string(&path).ok().and_then(|s| s.trim().parse().ok());
-            if let Some(pid) = pid.filter(|pid| cmdline_mentions(*pid, &needle)) {
-                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
-                running.push((name, pid));
-            }
-            let _ = fs::remove_file(&path);
-        }
+fn stop(processes: &[(String, ProcessRecord)], grace: Duration) {
+    for (_, record) in processes {
+        record.signal(Signal::SIGTERM);
     }
     let deadline = Instant::now() + grace;
-    while Instant::now() < deadline && running.iter().any(|(_, pid)| alive(*pid)) {
+    while Instant::now() < deadline && processes.iter().any(|(_, r)| r.is_running()) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    for (_, pid) in &running {
-        if alive(*pid) {
-            let _ = kill(Pid::from_raw(*pid as i32), Signal::SIGKILL);
-        }
+    for (_, record) in processes {
+        record.signal(Signal::SIGKILL);
     }
-    running.into_iter().map(|(name, _)| name).collect()
+    // SIGKILL is not instant: wait (bounded) until they are gone, so namespaces are free.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline && processes.iter().any(|(_, r)| r.is_running()) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
-/// Whether a process exists (and is not a zombie).
-pub fn alive(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_time_is_field_22_even_with_odd_command_names() {
+        let stat = "1234 (we ird) cmd) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        assert_eq!(parse_start_time(stat), Some(987654));
+        assert_eq!(parse_start_time("garbage"), None);
+    }
+
+    #[test]
+    fn records_round_trip_and_bare_pids_are_refused() {
+        let r = ProcessRecord {
+            pid: 42,
+            start_time: 777,
+        };
+        assert_eq!(ProcessRecord::parse(&r.to_line()), Some(r));
+        assert_eq!(ProcessRecord::parse("42\n"), None);
+        assert_eq!(ProcessRecord::parse("42 x"), None);
+        assert_eq!(ProcessRecord::parse("42 7 9"), None);
+    }
+
+    #[test]
+    fn a_reused_pid_does_not_match_the_record() {
+        let me = ProcessRecord::of(std::process::id()).unwrap();
+        assert!(me.is_running());
+        let other = ProcessRecord {
+            start_time: me.start_time + 1,
+            ..me
+        };
+        assert!(!other.is_running(), "same pid, other start time: another process");
+        assert!(!other.signal(Signal::SIGTERM));
     }
 }

@@ -54,6 +54,13 @@ impl NodePlan {
 pub struct Topology {
     /// State directory.
     pub state_dir: PathBuf,
+    /// This cluster's id: every namespace it creates is named `weft-<id>-…`, so two clusters
+    /// (two state directories) never share, or delete, each other's namespaces.
+    #[serde(default)]
+    pub cluster_id: String,
+    /// Whether guests are booted (`--no-guests` turns it off), for the supervised agents.
+    #[serde(default)]
+    pub no_guests: bool,
     /// Underlay namespace (a bridge joining nodes and the remote host).
     pub underlay_netns: String,
     /// Remote host namespace (beyond the cluster; reached through masquerade).
@@ -65,12 +72,13 @@ pub struct Topology {
 }
 
 impl Topology {
-    /// The layout for `nodes` nodes under `state_dir`.
-    pub fn new(state_dir: &Path, nodes: usize) -> Self {
+    /// The layout for `nodes` nodes under `state_dir`, its namespaces named after `cluster_id`.
+    pub fn new(state_dir: &Path, cluster_id: &str, nodes: usize) -> Self {
+        let prefix = Self::prefix_of(cluster_id);
         let nodes = (1..=nodes.clamp(1, 200))
             .map(|i| NodePlan {
                 name: format!("node{i}"),
-                netns: format!("{PREFIX}node{i}"),
+                netns: format!("{prefix}node{i}"),
                 underlay_ip: Ipv4Addr::new(172, 31, 255, i as u8),
                 underlay_port: format!("n{i}"),
                 pod_cidr: format!("10.244.{i}.0/24"),
@@ -79,8 +87,10 @@ impl Topology {
             .collect();
         Self {
             state_dir: state_dir.to_path_buf(),
-            underlay_netns: format!("{PREFIX}underlay"),
-            remote_netns: format!("{PREFIX}remote"),
+            cluster_id: cluster_id.to_string(),
+            no_guests: false,
+            underlay_netns: format!("{prefix}underlay"),
+            remote_netns: format!("{prefix}remote"),
             remote_ip: Ipv4Addr::new(172, 31, 255, 254),
             nodes,
         }
@@ -96,9 +106,54 @@ impl Topology {
         state_dir.join("cluster.json")
     }
 
-    /// Network namespace of a pod sandbox.
-    pub fn pod_netns(namespace: &str, name: &str) -> String {
-        format!("{PREFIX}pod-{namespace}-{name}")
+    /// The topology recorded in `state_dir`, or why there is none.
+    pub fn load(state_dir: &Path) -> Result<Self, TopologyError> {
+        let file = Self::file(state_dir);
+        let bytes = std::fs::read(&file).map_err(|source| TopologyError::NotRecorded {
+            state_dir: state_dir.to_path_buf(),
+            source,
+        })?;
+        serde_json::from_slice(&bytes).map_err(|source| TopologyError::Corrupt { file, source })
+    }
+
+    /// Prefix of every namespace of the cluster `cluster_id` (`weft-` for clusters recorded
+    /// before ids existed).
+    pub fn prefix_of(cluster_id: &str) -> String {
+        if cluster_id.is_empty() {
+            PREFIX.to_string()
+        } else {
+            format!("{PREFIX}{cluster_id}-")
+        }
+    }
+
+    /// Prefix of every namespace this cluster creates.
+    pub fn prefix(&self) -> String {
+        Self::prefix_of(&self.cluster_id)
+    }
+
+    /// Network namespace of a pod sandbox of this cluster.
+    pub fn pod_netns(&self, namespace: &str, name: &str) -> String {
+        format!("{}pod-{namespace}-{name}", self.prefix())
+    }
+
+    /// Of the namespaces on the host (`existing`), those this cluster created: its fixed ones
+    /// and its pods' (named with its prefix). Another cluster's are never among them, and a
+    /// cluster without an id (recorded before ids) claims only its fixed names and `weft-pod-*`.
+    pub fn owned_netns(&self, existing: &[String]) -> Vec<String> {
+        let fixed: Vec<&str> = [self.underlay_netns.as_str(), self.remote_netns.as_str()]
+            .into_iter()
+            .chain(self.nodes.iter().map(|n| n.netns.as_str()))
+            .collect();
+        let prefix = self.prefix();
+        let pods = format!("{prefix}pod-");
+        existing
+            .iter()
+            // A record naming a namespace outside its own prefix (forged or corrupt) is not
+            // followed: down never deletes a namespace weft would not have named so.
+            .filter(|name| name.starts_with(&prefix))
+            .filter(|name| fixed.contains(&name.as_str()) || name.starts_with(&pods))
+            .cloned()
+            .collect()
     }
 
     /// The cluster network config of a node (reference `bridge` + `host-local`, like kindnet).
@@ -145,26 +200,129 @@ impl Topology {
     }
 }
 
+/// Why a state directory has no usable topology.
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    /// No `cluster.json`: not a local cluster's state directory.
+    #[error("no local cluster recorded in {} (no cluster.json)", state_dir.display())]
+    NotRecorded {
+        /// The directory looked at.
+        state_dir: PathBuf,
+        /// Reading cluster.json.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `cluster.json` does not parse.
+    #[error("{}: not a local cluster record", file.display())]
+    Corrupt {
+        /// The file.
+        file: PathBuf,
+        /// The parse error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// A fresh cluster id (8 hex digits) not used by any namespace in `existing`.
+pub fn new_cluster_id(existing: &[String]) -> String {
+    loop {
+        let bytes: [u8; 4] = rand::random();
+        let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let prefix = Topology::prefix_of(&id);
+        if !existing.iter().any(|n| n.starts_with(&prefix)) {
+            return id;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn names_are_prefixed_and_addresses_distinct() {
-        let t = Topology::new(Path::new("/tmp/x"), 3);
-        assert!(t.nodes.iter().all(|n| n.netns.starts_with(PREFIX)));
+        let t = Topology::new(Path::new("/tmp/x"), "ab12cd34", 3);
+        assert!(t.nodes.iter().all(|n| n.netns.starts_with("weft-ab12cd34-")));
         assert!(t.underlay_netns.starts_with(PREFIX) && t.remote_netns.starts_with(PREFIX));
         let mut ips: Vec<_> = t.nodes.iter().map(|n| n.underlay_ip).collect();
         ips.push(t.remote_ip);
         ips.sort();
         ips.dedup();
         assert_eq!(ips.len(), 4);
-        assert!(Topology::pod_netns("default", "virt-launcher-vm1").starts_with(PREFIX));
+        assert_eq!(
+            t.pod_netns("default", "virt-launcher-vm1"),
+            "weft-ab12cd34-pod-default-virt-launcher-vm1"
+        );
+    }
+
+    #[test]
+    fn owned_netns_are_exactly_this_clusters() {
+        let a = Topology::new(Path::new("/a"), "aaaa0001", 2);
+        let host: Vec<String> = [
+            "weft-aaaa0001-node1",
+            "weft-aaaa0001-node2",
+            "weft-aaaa0001-underlay",
+            "weft-aaaa0001-remote",
+            "weft-aaaa0001-pod-default-p1",
+            "weft-bbbb0002-node1",
+            "weft-bbbb0002-pod-default-p1",
+            "weft-aaaa0001-other",
+            "weft-node1",
+            "unrelated",
+        ]
+        .map(String::from)
+        .to_vec();
+        let mut owned = a.owned_netns(&host);
+        owned.sort();
+        assert_eq!(
+            owned,
+            [
+                "weft-aaaa0001-node1",
+                "weft-aaaa0001-node2",
+                "weft-aaaa0001-pod-default-p1",
+                "weft-aaaa0001-remote",
+                "weft-aaaa0001-underlay",
+            ]
+        );
+        // A cluster recorded before ids claims only its fixed names and pods, not another's.
+        let old = Topology::new(Path::new("/o"), "", 1);
+        assert_eq!(old.owned_netns(&host), ["weft-node1"]);
+        // A forged record naming namespaces that are not its own claims none of them.
+        let mut forged = a.clone();
+        forged.underlay_netns = "unrelated".into();
+        forged.remote_netns = "weft-bbbb0002-node1".into();
+        let owned = forged.owned_netns(&host);
+        assert!(
+            !owned.iter().any(|n| n == "unrelated" || n.contains("bbbb0002")),
+            "{owned:?}"
+        );
+    }
+
+    #[test]
+    fn new_ids_avoid_namespaces_in_use() {
+        let id = new_cluster_id(&[]);
+        assert_eq!(id.len(), 8);
+        assert!(id.chars().all(|c| c.is_ascii_hexdigit()));
+        let in_use = vec![format!("weft-{id}-node1")];
+        assert_ne!(new_cluster_id(&in_use), id);
+    }
+
+    #[test]
+    fn load_says_when_nothing_is_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Topology::load(dir.path()).unwrap_err();
+        assert!(matches!(err, TopologyError::NotRecorded { .. }));
+        assert!(err.to_string().contains("no local cluster recorded in"), "{err}");
+        std::fs::write(Topology::file(dir.path()), "not json").unwrap();
+        assert!(matches!(
+            Topology::load(dir.path()).unwrap_err(),
+            TopologyError::Corrupt { .. }
+        ));
     }
 
     #[test]
     fn cluster_network_uses_node_cidr() {
-        let t = Topology::new(Path::new("/s"), 2);
+        let t = Topology::new(Path::new("/s"), "ab12cd34", 2);
         let conf = t.cluster_network_conflist(&t.nodes[1]);
         assert_eq!(
             conf["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
