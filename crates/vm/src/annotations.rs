@@ -202,9 +202,10 @@ pub fn migration_target_annotations(
     if scheme_of_pod(&statuses) != NameScheme::Ordinal {
         return Ok(annotations);
     }
+    // KubeVirt passes every spec network, in spec order (absent ones included) and numbers
+    // them over the same list.
     let interfaces = vmi.spec.interfaces();
-    let present: Vec<&Interface> = interfaces.iter().filter(|i| !i.is_absent()).collect();
-    let networks = networks_of_interfaces(&present, &vmi.spec.networks);
+    let networks: Vec<&Network> = vmi.spec.networks.iter().collect();
     let names = scheme_names(NameScheme::Ordinal, &vmi.spec.networks);
     let value = networks_annotation(
         vmi.namespace(),
@@ -259,7 +260,12 @@ fn hotplug_networks_annotation(
         return None;
     }
     let networks = networks_of_interfaces(&to_annotate, &vmi.spec.networks);
-    let names = scheme_from_network_statuses(&vmi.spec.networks, statuses);
+    // KubeVirt names over the networks it annotates (present interfaces, plugged SR-IOV, in
+    // interface order), not over spec.networks: under the ordinal scheme an SR-IOV interface
+    // still waiting for its device, an absent one, or interface order that differs from network
+    // order changes the `netN` a network gets.
+    let owned: Vec<Network> = networks.iter().map(|n| (*n).clone()).collect();
+    let names = scheme_from_network_statuses(&owned, statuses);
     let value = networks_annotation(
         vmi.namespace(),
         interfaces,

@@ -4,7 +4,9 @@
 //! Everything here is a pure function of its inputs (objects, configuration, and time where it
 //! matters); the controller and agents act on the results. The entry points:
 //!
-//! - [`apply_network_defaults`] then [`validate_create`] / [`validate`]: admission of a VMI.
+//! - [`apply_network_defaults`] then [`validate_create`] / [`validate`]: admission of a VMI;
+//!   [`admission::admit_vmi`] / [`admission::admit_vm`]: the whole decision for one write, and
+//!   [`admission::missing_nad_condition`] for a VMI whose NAD does not exist yet.
 //! - [`launcher_pod_annotations`]: annotations of a new launcher pod;
 //!   [`running_pod_annotations`]: what to patch on a running one (hot-plug/unplug, network-info).
 //! - [`hashed_scheme`] / [`pod_interface_names`]: pod interface names; [`link_names`] for the

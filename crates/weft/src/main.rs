@@ -3,6 +3,7 @@
 //! the head of an auxiliary CNI chain; otherwise the CLI (node agent, controller, local
 //! cluster, inspection).
 
+mod admission;
 mod agent;
 mod claims;
 mod cli;

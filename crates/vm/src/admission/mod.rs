@@ -1,11 +1,14 @@
 //! Admission: KubeVirt's network validation rules, producing the same causes (type, field,
 //! message) in the same order.
 
+pub mod decision;
 mod fields;
 mod interfaces;
 mod networks;
 
 use serde::{Deserialize, Serialize};
+
+pub use decision::{Decision, Operation, admit_vm, admit_vmi, missing_nad_condition, replace_condition};
 
 use crate::api::VmiSpec;
 use crate::config::ClusterConfig;

@@ -212,13 +212,32 @@ pub async fn delete(state: &Path, kind: &str, name: &str, namespace: &str) -> an
 pub async fn set_running(state: &Path, name: &str, namespace: &str, running: bool) -> anyhow::Result<i32> {
     let store = cluster::open_running_store(state).await?;
     let api = weft_store::Api::<weft_vm::VirtualMachine>::namespaced(store, namespace);
+    // The write is an update of the VM: it goes through the same admission as `weft apply`
+    // (a VM stored before admission existed, with a template KubeVirt refuses, is not started).
+    let config = weft_vm::ClusterConfig::default();
+    let mut denied = Vec::new();
     api.modify(name, |vm| {
+        let decision = weft_vm::admission::admit_vm(
+            &vm.spec.template.spec,
+            weft_vm::admission::Operation::Update,
+            &config,
+        );
+        if !decision.allowed() {
+            denied = crate::admission::invalid_lines("VirtualMachine", name, &decision.causes);
+            return false;
+        }
         let changed = vm.spec.running != Some(running);
         vm.spec.running = Some(running);
         changed
     })
     .await
     .with_context(|| format!("VirtualMachine {namespace}/{name}"))?;
+    if !denied.is_empty() {
+        for line in denied {
+            eprintln!("error: {line}");
+        }
+        return Ok(1);
+    }
     println!(
         "VirtualMachine {namespace}/{name} {}",
         if running { "started" } else { "stopped" }

@@ -11,6 +11,8 @@ use serde_json::Value;
 use weft_store::names::{InvalidObject, validate_metadata};
 use weft_store::{Object, ResourceType, Store, StoreError};
 
+use weft_vm::admission::Operation;
+
 use crate::cluster;
 
 /// One problem with one document of a manifest file.
@@ -328,8 +330,43 @@ async fn rollback(
     }
 }
 
+/// Admission of every VirtualMachine and VirtualMachineInstance of a file before anything is
+/// written (KubeVirt's webhooks): a create or an update (the object exists) is defaulted and
+/// validated by `weft_vm::admission`. Returns one line per cause of every denied object
+/// (`FILE: The VirtualMachine "bad" is invalid: FIELD: Invalid value: ...`); empty when all are
+/// admitted, and then the VMIs carry their network defaults.
+pub async fn admit_objects(
+    store: &dyn Store,
+    objects: &mut [Object],
+    origin: &str,
+) -> Result<Vec<String>, StoreError> {
+    let config = weft_vm::ClusterConfig::default();
+    let mut lines = Vec::new();
+    for object in objects.iter_mut() {
+        let Some(ty) = cluster::known_type_of(object) else {
+            continue;
+        };
+        let exists = store
+            .get(&ty, object.metadata.namespace.as_deref(), &object.metadata.name)
+            .await?
+            .is_some();
+        let operation = if exists {
+            Operation::Update
+        } else {
+            Operation::Create
+        };
+        let causes = crate::admission::admit_object(object, operation, &config)?;
+        lines.extend(
+            crate::admission::invalid_lines(&object.kind, &object.metadata.name, &causes)
+                .into_iter()
+                .map(|line| format!("{origin}: {line}")),
+        );
+    }
+    Ok(lines)
+}
+
 /// `weft apply -f FILE`: every problem of the file is printed (one line each) and nothing is
-/// written unless the whole file is valid; a failed write rolls back the earlier ones.
+/// written unless the whole file is valid and every VM/VMI is admitted ([`admit_objects`]); a failed write rolls back the earlier ones.
 pub async fn apply(state: &Path, file: &Path) -> anyhow::Result<i32> {
     use anyhow::Context;
     let text = if file == Path::new("-") {
@@ -347,6 +384,14 @@ pub async fn apply(state: &Path, file: &Path) -> anyhow::Result<i32> {
         }
     };
     let store = cluster::open_running_store(state).await?;
+    let mut objects = objects;
+    let denied = admit_objects(store.as_ref(), &mut objects, &file.display().to_string()).await?;
+    if !denied.is_empty() {
+        for line in denied {
+            eprintln!("error: {line}");
+        }
+        return Ok(1);
+    }
     match apply_objects(store.as_ref(), objects).await {
         Ok(lines) => {
             for line in lines {

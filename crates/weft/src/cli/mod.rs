@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 pub use inspect::table;
-pub use manifests::{apply_objects, parse_manifests};
+pub use manifests::{admit_objects, apply_objects, parse_manifests};
 
 /// weft: multi-network for virtual machines on Kubernetes.
 #[derive(Debug, Parser)]

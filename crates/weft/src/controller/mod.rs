@@ -210,9 +210,23 @@ async fn reconcile_vm(
     let running = wants_running(vm);
     match (running, existing) {
         (true, None) => {
+            // The VMI goes through the admission every VMI write gets; a template it denies
+            // gives the VM a Failure condition instead of a VMI (and no error loop).
+            let mut vmi = vmi_from_template(vm);
+            let decision = weft_vm::admission::admit_vmi(
+                &vmi.spec,
+                weft_vm::admission::Operation::Create,
+                &weft_vm::ClusterConfig::default(),
+            );
+            if !decision.allowed() {
+                let failure = vmi_denied_message(&vmi.metadata.name, &decision.causes);
+                set_vm_failure(store, vm, Some(failure)).await?;
+                return Ok(());
+            }
             crate::claims::ensure_for_vm(store, vm).await?;
-            let vmi = vmi_from_template(vm);
+            vmi.spec = decision.spec;
             api.create(&vmi).await?;
+            set_vm_failure(store, vm, None).await?;
         }
         (false, Some(vmi)) if vmi.metadata.deletion_timestamp.is_none() => {
             api.delete(&vmi.metadata.name).await?;
@@ -259,6 +273,20 @@ async fn sync_template_changes(
     let sync = weft_vm::sync_vm_to_vmi(&vm.spec.template.spec, vmi);
     let ns = vmi.namespace().to_string();
     if let Some((networks, interfaces)) = sync.vmi {
+        // The hot-plug patch is a VMI update: admitted like any other.
+        let mut next = vmi.spec.clone();
+        next.networks = networks.clone();
+        *next.interfaces_mut() = interfaces.clone();
+        let decision = weft_vm::admission::admit_vmi(
+            &next,
+            weft_vm::admission::Operation::Update,
+            &weft_vm::ClusterConfig::default(),
+        );
+        if !decision.allowed() {
+            let failure = vmi_denied_message(&vmi.metadata.name, &decision.causes);
+            set_vm_failure(store, vm, Some(failure)).await?;
+            return Ok(());
+        }
         Api::<VirtualMachineInstance>::namespaced(store.clone(), &ns)
             .modify(&vmi.metadata.name, |v| {
                 v.spec.networks = networks.clone();
@@ -278,6 +306,62 @@ async fn sync_template_changes(
             .await?;
     }
     Ok(())
+}
+
+/// The VM's `Failure` condition message when admission denies its VMI write.
+fn vmi_denied_message(name: &str, causes: &[weft_vm::admission::Cause]) -> String {
+    format!(
+        "Error creating virtual machine instance: {}",
+        crate::admission::invalid_lines(VirtualMachineInstance::KIND, name, causes).join("; ")
+    )
+}
+
+/// Set (`Some(message)`: `Failure=True`, reason `FailedCreate`) or clear the VM's `Failure`
+/// condition, as KubeVirt's VM controller does when it cannot create or patch the VMI.
+async fn set_vm_failure(
+    store: &Arc<dyn Store>,
+    vm: &VirtualMachine,
+    failure: Option<String>,
+) -> anyhow::Result<()> {
+    use weft_vm::admission::decision::{FAILED_CREATE, VM_FAILURE};
+    let wanted = failure.map(|message| weft_vm::api::Condition {
+        type_: VM_FAILURE.into(),
+        status: "True".into(),
+        reason: FAILED_CREATE.into(),
+        message,
+        ..Default::default()
+    });
+    let current = vm_conditions(vm);
+    let mut probe = current.clone();
+    if !weft_vm::admission::replace_condition(&mut probe, VM_FAILURE, wanted.clone(), "") {
+        return Ok(());
+    }
+    let now = weft_store::now_rfc3339();
+    let ns = vm.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    Api::<VirtualMachine>::namespaced(store.clone(), &ns)
+        .modify_status(&vm.metadata.name, |vm| {
+            let mut conditions = vm_conditions(vm);
+            let changed =
+                weft_vm::admission::replace_condition(&mut conditions, VM_FAILURE, wanted.clone(), &now);
+            if changed {
+                vm.status.get_or_insert_with(Default::default).insert(
+                    "conditions".into(),
+                    serde_json::to_value(&conditions).unwrap_or_default(),
+                );
+            }
+            changed
+        })
+        .await?;
+    Ok(())
+}
+
+/// A VM's `status.conditions` (the VM status is kept as plain JSON).
+fn vm_conditions(vm: &VirtualMachine) -> Vec<weft_vm::api::Condition> {
+    vm.status
+        .as_ref()
+        .and_then(|s| s.get("conditions"))
+        .and_then(|c| serde_json::from_value(c.clone()).ok())
+        .unwrap_or_default()
 }
 
 /// The VMI a VM creates: its template, named after the VM, owned by it.
@@ -353,6 +437,35 @@ async fn reconcile_vmi(
                 true
             })
             .await?;
+            return Ok(());
+        }
+        // KubeVirt cannot render the launcher pod while a NAD is missing: the VMI waits in
+        // Pending with Synchronized=False (FailedCreate) until the NAD exists.
+        let nads = Api::<NetworkAttachmentDefinition>::all(store.clone())
+            .list(&ListOptions::default())
+            .await?;
+        let missing = weft_vm::admission::missing_nad_condition(&ns, &defaulted.spec, |nad_ns, name| {
+            nads.iter()
+                .any(|n| n.metadata.namespace.as_deref() == Some(nad_ns) && n.metadata.name == name)
+        });
+        let now = weft_store::now_rfc3339();
+        let waiting = missing.is_some();
+        api.modify_status(&vmi.metadata.name, |v| {
+            let status = v.status.get_or_insert_with(Default::default);
+            let mut changed = weft_vm::admission::replace_condition(
+                &mut status.conditions,
+                weft_vm::admission::decision::SYNCHRONIZED,
+                missing.clone(),
+                &now,
+            );
+            if waiting && status.phase != "Pending" {
+                status.phase = "Pending".into();
+                changed = true;
+            }
+            changed
+        })
+        .await?;
+        if waiting {
             return Ok(());
         }
         if defaulted.spec != vmi.spec {

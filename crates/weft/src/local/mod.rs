@@ -212,6 +212,12 @@ async fn bring_up(topology: &Topology, objects: Vec<weft_store::Object>) -> anyh
     for node in &topology.nodes {
         wait_for_socket(&node.socket(), Duration::from_secs(30)).await?;
     }
+    // The examples go through the same admission as `weft apply` (VMIs stored defaulted).
+    let mut objects = objects;
+    let denied = crate::cli::admit_objects(store.as_ref(), &mut objects, "examples").await?;
+    if !denied.is_empty() {
+        anyhow::bail!("{}", denied.join("\n"));
+    }
     for line in crate::cli::apply_objects(store.as_ref(), objects).await? {
         println!("{line}");
     }
