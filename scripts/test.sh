@@ -9,4 +9,4 @@ cargo build --workspace --all-targets
 # The leak check runs alone once every other test is done: nextest runs test binaries in
 # parallel, so it cannot be ordered last inside one run.
 cargo nextest run --workspace -E 'not binary(zz_leak_check)' "$@"
-cargo nextest run -p weft-host --test zz_leak_check
+cargo nextest run --workspace -E 'binary(zz_leak_check)'
