@@ -38,8 +38,28 @@ type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
 pub struct FakeApiServer {
     store: Arc<dyn Store>,
     types: Arc<Vec<ResourceType>>,
-    log: Arc<Mutex<Vec<String>>>,
+    log: Arc<Mutex<Vec<RequestRecord>>>,
     faults: Arc<Faults>,
+}
+
+/// One request as the server saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestRecord {
+    /// `GET`, `POST`, ...
+    pub method: String,
+    /// Path and query.
+    pub uri: String,
+    /// The `User-Agent` header, if any.
+    pub user_agent: Option<String>,
+    /// The `fieldManager` query parameter, if any.
+    pub field_manager: Option<String>,
+}
+
+impl RequestRecord {
+    /// Whether the request writes (POST, PUT, PATCH, DELETE).
+    pub fn is_write(&self) -> bool {
+        !matches!(self.method.as_str(), "GET" | "HEAD" | "OPTIONS")
+    }
 }
 
 /// Annotation the fake concurrent writer of [`FakeApiServer::conflict_next_status_updates`]
@@ -317,7 +337,15 @@ impl FakeApiServer {
 
     /// Every request so far, as `METHOD path?query`.
     pub fn requests(&self) -> Vec<String> {
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.records()
+            .into_iter()
+            .map(|r| format!("{} {}", r.method, r.uri))
+            .collect()
+    }
+
+    /// Every request so far, with the client's User-Agent and fieldManager.
+    pub fn records(&self) -> Vec<RequestRecord> {
+        lock(&self.log).clone()
     }
 
     /// How many requests so far were writes (POST, PUT, PATCH, DELETE).
@@ -342,10 +370,17 @@ impl FakeApiServer {
         body: Result<Bytes, String>,
     ) -> Response<ResponseBody> {
         let uri = parts.uri.to_string();
-        self.log
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(format!("{} {uri}", parts.method));
+        let query = query_pairs(parts.uri.query().unwrap_or_default());
+        let param = |key: &str| query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+        lock(&self.log).push(RequestRecord {
+            method: parts.method.to_string(),
+            uri: uri.clone(),
+            user_agent: parts
+                .headers
+                .get(http::header::USER_AGENT)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
+            field_manager: param("fieldManager").map(String::from),
+        });
         let body = match body {
             Ok(bytes) => bytes,
             Err(e) => return failure(&StoreError::Invalid(format!("reading the request body: {e}"))),
@@ -367,8 +402,6 @@ impl FakeApiServer {
                 key: format!("{}/{}", target.api_version, target.plural),
             });
         };
-        let query = query_pairs(parts.uri.query().unwrap_or_default());
-        let param = |key: &str| query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
         let opts = ListOptions {
             labels: param("labelSelector").map(selector_pairs).unwrap_or_default(),
             fields: param("fieldSelector").map(selector_pairs).unwrap_or_default(),

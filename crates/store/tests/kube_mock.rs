@@ -10,7 +10,9 @@ use kube::client::Body;
 use serde_json::{Value, json};
 use tower_test::mock;
 use weft_store::conformance::{describe, pod, pods};
-use weft_store::{KubeStore, ListOptions, Object, ResourceType, Store, StoreError, WatchEvent};
+use weft_store::{
+    ClientIdentity, KubeStore, ListOptions, Object, ResourceType, Store, StoreError, WatchEvent,
+};
 
 /// One expected request and the reply to it.
 struct Step {
@@ -440,12 +442,14 @@ async fn kubeconfig_constructor_and_refused_connections() {
          contexts: [{name: test, context: {cluster: test, user: test, namespace: ns}}]\n",
     )
     .unwrap();
-    let store = KubeStore::from_kubeconfig(&path).await.unwrap();
+    let store = KubeStore::from_kubeconfig(&path, &ClientIdentity::default())
+        .await
+        .unwrap();
     let err = store.get(&pods(), Some("ns"), "a").await.unwrap_err();
     assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
 
     let missing = dir.path().join("missing");
-    let err = KubeStore::from_kubeconfig(&missing)
+    let err = KubeStore::from_kubeconfig(&missing, &ClientIdentity::default())
         .await
         .err()
         .expect("no such file");
@@ -488,7 +492,9 @@ async fn a_server_answering_503_is_retried_briefly_then_reported() {
         ),
     )
     .unwrap();
-    let store = KubeStore::from_kubeconfig(&path).await.unwrap();
+    let store = KubeStore::from_kubeconfig(&path, &ClientIdentity::default())
+        .await
+        .unwrap();
     let started = std::time::Instant::now();
     let err = store.get(&pods(), Some("ns"), "a").await.unwrap_err();
     assert!(
@@ -577,7 +583,9 @@ async fn the_fake_api_server_serves_tcp_with_injected_conflicts_and_outages() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     tcp.write_kubeconfig(&kubeconfig).unwrap();
-    let store = KubeStore::from_kubeconfig(&kubeconfig).await.unwrap();
+    let store = KubeStore::from_kubeconfig(&kubeconfig, &ClientIdentity::default())
+        .await
+        .unwrap();
     let created = store.create(&pods(), pod("ns", "a", "x", "n1")).await.unwrap();
     let mut watch = store
         .watch(
@@ -651,4 +659,43 @@ async fn the_fake_api_server_serves_tcp_with_injected_conflicts_and_outages() {
     tcp.stop();
     let stopped = store.get(&pods(), Some("ns"), "a").await.unwrap_err();
     assert!(matches!(stopped, StoreError::Unavailable(_)), "{stopped}");
+}
+
+/// Every request names the client (User-Agent `<component>/<version>`) and every write its
+/// field manager, as the fake API server records them (issue 9: managedFields said "unknown").
+#[tokio::test]
+async fn every_request_names_the_client_and_every_write_its_field_manager() {
+    use weft_store::MemoryStore;
+    use weft_store::fake_api::FakeApiServer;
+
+    let server = FakeApiServer::new(MemoryStore::shared(), [pods()]);
+    let tcp = server.serve_tcp().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    tcp.write_kubeconfig(&kubeconfig).unwrap();
+    let identity = ClientIdentity::new("weft-node", "1.2.3");
+    let store = KubeStore::from_kubeconfig(&kubeconfig, &identity).await.unwrap();
+    let created = store.create(&pods(), pod("ns", "a", "x", "n1")).await.unwrap();
+    let updated = store.update(&pods(), created).await.unwrap();
+    store.update_status(&pods(), updated).await.unwrap();
+    store.get(&pods(), Some("ns"), "a").await.unwrap().unwrap();
+    store.list(&pods(), None, &ListOptions::default()).await.unwrap();
+    store
+        .delete(&pods(), Some("ns"), "a", None)
+        .await
+        .unwrap()
+        .unwrap();
+
+    let records = server.records();
+    assert_eq!(records.len(), 6, "{records:#?}");
+    for record in &records {
+        assert_eq!(
+            record.user_agent.as_deref(),
+            Some("weft-node/1.2.3"),
+            "{record:?}"
+        );
+        // Deletes take no fieldManager in the API; every other write names ours.
+        let expected = (record.is_write() && record.method != "DELETE").then_some("weft-node");
+        assert_eq!(record.field_manager.as_deref(), expected, "{record:?}");
+    }
 }

@@ -193,8 +193,22 @@ pub fn run() -> i32 {
     }
 }
 
+/// The tracing filter for a `--log` spec: kube-rs's own per-request failure line (target
+/// `kube_client::client::builder`, at ERROR, once per attempt and per retry) is off unless the
+/// spec names a `kube_client` target itself. weft reports the same failures in its own words,
+/// throttled (`weft_store::throttle`): left on, an API server outage logged ~6 lines a second.
+pub fn log_filter(spec: &str) -> String {
+    if spec.contains("kube_client") {
+        spec.to_string()
+    } else if spec.trim().is_empty() {
+        "info,kube_client::client::builder=off".to_string()
+    } else {
+        format!("{spec},kube_client::client::builder=off")
+    }
+}
+
 fn init_logging(filter: &str, file: Option<&std::path::Path>) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+    let filter = tracing_subscriber::EnvFilter::try_new(log_filter(filter))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let opened = file.and_then(|path| {
         std::fs::OpenOptions::new()
@@ -256,5 +270,21 @@ async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             link,
             without_agent,
         } => crate::install::run(&bin_dir, link, without_agent),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+
+    #[test]
+    fn kube_rs_request_failures_are_off_unless_asked_for() {
+        assert_eq!(log_filter("info"), "info,kube_client::client::builder=off");
+        assert_eq!(
+            log_filter("debug,weft=trace"),
+            "debug,weft=trace,kube_client::client::builder=off"
+        );
+        assert_eq!(log_filter(""), "info,kube_client::client::builder=off");
+        assert_eq!(log_filter("kube_client=debug"), "kube_client=debug");
     }
 }

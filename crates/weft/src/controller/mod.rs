@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::Value;
 use weft_netconf::NetworkAttachmentDefinition;
+use weft_store::throttle::{Decision, LogThrottle};
 use weft_store::{Api, ListOptions, Object, ObjectMeta, OwnerReference, Resource, Store};
 use weft_vm::{VirtualMachine, VirtualMachineInstance};
 
@@ -25,12 +26,24 @@ const RESYNC: Duration = Duration::from_millis(400);
 
 /// `weft controller`.
 pub async fn run(state: &Path) -> anyhow::Result<i32> {
-    let store = crate::cluster::open_store(state).await?;
+    let store = crate::cluster::open_store(state, crate::cluster::Component::Controller).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut last_ipam_sweep = std::time::Instant::now();
+    // A reconcile every RESYNC fails every time while the API server is down: logged once per
+    // interval with the count of the failures in between.
+    let mut failures = LogThrottle::default();
     loop {
-        if let Err(e) = reconcile(&store).await {
-            tracing::warn!("reconcile: {e:#}");
+        match reconcile(&store).await {
+            Err(e) => {
+                if let Decision::Log { suppressed } = failures.decide(std::time::Instant::now()) {
+                    tracing::warn!(suppressed, "reconcile: {e:#}");
+                }
+            }
+            Ok(_) => {
+                if let Some(suppressed) = failures.recover() {
+                    tracing::info!(suppressed, "reconcile succeeds again");
+                }
+            }
         }
         if last_ipam_sweep.elapsed() > IPAM_SWEEP {
             last_ipam_sweep = std::time::Instant::now();
