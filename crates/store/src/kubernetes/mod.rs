@@ -191,7 +191,8 @@ impl KubeStore {
         } else {
             api.replace(name, &self.post_params(), &body).await
         };
-        let stored = result.map_err(|e| store_error(ty, &key, Call::Write, expected.as_deref(), e))?;
+        let call = if status { Call::StatusWrite } else { Call::Write };
+        let stored = result.map_err(|e| store_error(ty, &key, call, expected.as_deref(), e))?;
         from_dynamic(ty, stored)
     }
 }

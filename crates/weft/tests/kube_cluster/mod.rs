@@ -9,8 +9,33 @@ use std::time::{Duration, Instant};
 
 use super::common::*;
 use serde_json::{Value, json};
+use weft_store::fake_api::strict::Rules;
 use weft_store::fake_api::{FakeApiServer, TcpServer};
 use weft_store::{MemoryStore, Object, Resource, ResourceType, Store};
+
+/// The bearer token the agent presents: it is the `weft-node` ServiceAccount.
+pub const NODE_TOKEN: &str = "weft-node-token";
+/// The user the API server sees for the `weft-node` ServiceAccount.
+pub const NODE_USER: &str = "system:serviceaccount:weft-system:weft-node";
+
+/// The rules of deploy/'s ClusterRole `name` (deploy/rbac/*.yaml), as the API server would
+/// enforce them.
+pub fn deploy_role(name: &str) -> Rules {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/rbac");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let docs =
+            serde_saphyr::from_multiple::<Value>(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        found.extend(
+            docs.into_iter()
+                .filter(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == name),
+        );
+    }
+    assert_eq!(found.len(), 1, "exactly one ClusterRole {name} in deploy/rbac");
+    Rules::from_role(&found[0]).unwrap()
+}
 
 pub fn pods() -> ResourceType {
     ResourceType::new("v1", "Pod", "pods", true)
@@ -43,6 +68,9 @@ impl FakeCluster {
             .unwrap();
         let objects = MemoryStore::shared();
         let api = FakeApiServer::new(objects.clone(), types);
+        // The agent may do what deploy/'s weft-node role grants, nothing more: a request
+        // outside it is a 403 and fails the test.
+        api.grant(NODE_TOKEN, NODE_USER, deploy_role("weft-node"));
         let listener = netns.enter(|| std::net::TcpListener::bind("127.0.0.1:0").unwrap());
         let tcp = {
             let _entered = runtime.enter();
@@ -109,7 +137,7 @@ impl KubeAgent {
             .tcp
             .as_ref()
             .unwrap()
-            .write_kubeconfig(&kubeconfig)
+            .write_kubeconfig_with_token(&kubeconfig, NODE_TOKEN)
             .unwrap();
         let child = Self::spawn(node, state);
         let agent = Self {

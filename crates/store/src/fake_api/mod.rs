@@ -13,7 +13,9 @@
 //! [`FakeApiServer::conflict_next_status_updates`] (a concurrent writer wins the next status
 //! updates of an object); [`FakeApiServer::pause_watches`] makes watch caches lag.
 
-use std::collections::HashMap;
+pub mod strict;
+
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -40,7 +42,20 @@ pub struct FakeApiServer {
     types: Arc<Vec<ResourceType>>,
     log: Arc<Mutex<Vec<RequestRecord>>>,
     faults: Arc<Faults>,
+    policy: Arc<Mutex<Policy>>,
 }
+
+/// What the server enforces beyond the store's semantics (see [`strict`]).
+#[derive(Default)]
+struct Policy {
+    /// `(apiVersion, plural)` of the types whose CRD has no status subresource.
+    no_status: HashSet<(String, String)>,
+    /// Bearer token → (user, rules). Empty: no RBAC (every client may do anything).
+    users: HashMap<String, (String, strict::Rules)>,
+}
+
+/// The user of a request without a known token while RBAC is enforced.
+pub const ANONYMOUS: &str = "system:anonymous";
 
 /// One request as the server saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -184,7 +199,134 @@ impl FakeApiServer {
                 status_conflicts: Mutex::default(),
                 concurrent_writes: Mutex::default(),
             }),
+            policy: Arc::default(),
         }
+    }
+
+    /// Serve `ty` as a CRD without the status subresource (KubeVirt's VirtualMachineInstance):
+    /// `PUT .../status` answers the API server's 404, and a `PUT` of the object writes its
+    /// status too.
+    pub fn without_status_subresource(&self, ty: &ResourceType) {
+        lock(&self.policy)
+            .no_status
+            .insert((ty.api_version.clone(), ty.plural.clone()));
+    }
+
+    /// Enforce RBAC: a client presenting bearer `token` is `user` and may do what `rules`
+    /// allow, nothing else; a client without a granted token is [`ANONYMOUS`] with no rules.
+    /// Also enforces OwnerReferencesPermissionEnforcement (`blockOwnerDeletion: true` needs
+    /// `update` on the owner's `finalizers`).
+    pub fn grant(&self, token: &str, user: &str, rules: strict::Rules) {
+        lock(&self.policy)
+            .users
+            .insert(token.into(), (user.into(), rules));
+    }
+
+    fn has_status_subresource(&self, ty: &ResourceType) -> bool {
+        !lock(&self.policy)
+            .no_status
+            .contains(&(ty.api_version.clone(), ty.plural.clone()))
+    }
+
+    /// The user and rules of a request, `None` when RBAC is not enforced.
+    fn identity(&self, headers: &http::HeaderMap) -> Option<(String, strict::Rules)> {
+        let policy = lock(&self.policy);
+        if policy.users.is_empty() {
+            return None;
+        }
+        let token = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        Some(
+            token
+                .and_then(|t| policy.users.get(t).cloned())
+                .unwrap_or_else(|| (ANONYMOUS.into(), strict::Rules::default())),
+        )
+    }
+
+    /// What a real API server refuses before the store sees the request: RBAC, a missing
+    /// status subresource, a pod without containers, a `blockOwnerDeletion` the client may
+    /// not set. `None`: go on.
+    async fn refuse(
+        &self,
+        parts: &http::request::Parts,
+        target: &Target,
+        ty: &ResourceType,
+        body: &[u8],
+        watch: bool,
+    ) -> Option<Response<ResponseBody>> {
+        let identity = self.identity(&parts.headers);
+        let verb = strict::verb(&parts.method, target.name.is_some(), watch);
+        if let Some((user, rules)) = &identity {
+            let resource = match target.status {
+                true => format!("{}/status", ty.plural),
+                false => ty.plural.clone(),
+            };
+            if !rules.allows(verb, ty.group(), &resource, target.name.as_deref()) {
+                let denied = strict::Denied {
+                    user,
+                    verb,
+                    group: ty.group(),
+                    plural: &ty.plural,
+                    subresource: target.status.then_some("status"),
+                    name: target.name.as_deref(),
+                    namespace: target.namespace.as_deref(),
+                };
+                return Some(json_response(StatusCode::FORBIDDEN, &denied.status()));
+            }
+        }
+        if target.status && !self.has_status_subresource(ty) {
+            return Some(json_response(StatusCode::NOT_FOUND, &strict::no_such_path()));
+        }
+        if target.status || !matches!(verb, "create" | "update") {
+            return None;
+        }
+        // Malformed bodies are the handler's to report.
+        let obj: Object = serde_json::from_slice(body).ok()?;
+        let old = match verb {
+            "update" => {
+                let old = self
+                    .store
+                    .get(ty, target.namespace.as_deref(), &obj.metadata.name)
+                    .await;
+                // An update of a missing object is the store's NotFound, before any validation.
+                Some(old.ok().flatten()?)
+            }
+            _ => None,
+        };
+        if let Some(invalid) = strict::pod_without_containers(&obj) {
+            return Some(json_response(StatusCode::UNPROCESSABLE_ENTITY, &invalid));
+        }
+        let (_, rules) = identity?;
+        for owner in strict::blocking_owners(&obj, old.as_ref()) {
+            let owner_type = self
+                .types
+                .iter()
+                .find(|t| t.api_version == owner.api_version && t.kind == owner.kind);
+            let (group, plural) = match owner_type {
+                Some(t) => (t.group().to_string(), t.plural.clone()),
+                None => (
+                    owner
+                        .api_version
+                        .rsplit_once('/')
+                        .map(|(g, _)| g)
+                        .unwrap_or("")
+                        .to_string(),
+                    format!("{}s", owner.kind.to_lowercase()),
+                ),
+            };
+            if !rules.allows(
+                "update",
+                &group,
+                &format!("{plural}/finalizers"),
+                Some(&owner.name),
+            ) {
+                let body = strict::block_owner_deletion_forbidden(&ty.plural, ty.group(), &obj.metadata.name);
+                return Some(json_response(StatusCode::FORBIDDEN, &body));
+            }
+        }
+        None
     }
 
     /// Take the API server down (`true`) or bring it back (`false`). While down, clients see
@@ -252,6 +394,21 @@ impl FakeApiServer {
             expected: "the request's".into(),
             actual,
         }
+    }
+
+    /// `PUT` of an object whose type has no status subresource: the status is written too (the
+    /// store's update keeps the stored status, as the subresource would have it).
+    async fn update_with_status(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
+        let status = obj.data.get("status").cloned();
+        let mut updated = self.store.update(ty, obj).await?;
+        if updated.data.get("status") == status.as_ref() {
+            return Ok(updated);
+        }
+        match status {
+            Some(status) => updated.data.insert("status".into(), status),
+            None => updated.data.remove("status"),
+        };
+        self.store.update_status(ty, updated).await
     }
 
     /// Serve this server over HTTP on `listener` (bound by the caller, e.g. on 127.0.0.1 inside
@@ -330,6 +487,33 @@ impl FakeApiServer {
         Client::new(service, "default")
     }
 
+    /// A kube-rs client presenting bearer `token` (see [`FakeApiServer::grant`]).
+    pub fn client_as(&self, token: &str) -> Client {
+        let server = self.clone();
+        let bearer =
+            http::HeaderValue::from_str(&format!("Bearer {token}")).expect("a token fit for a header");
+        let service = tower::service_fn(move |mut request: Request<Body>| {
+            let server = server.clone();
+            request
+                .headers_mut()
+                .insert(http::header::AUTHORIZATION, bearer.clone());
+            async move {
+                if *server.faults.down.borrow() {
+                    return Err(tower::BoxError::from(
+                        "connection refused: the API server is down",
+                    ));
+                }
+                Ok(server.handle(request).await)
+            }
+        });
+        Client::new(service, "default")
+    }
+
+    /// A [`KubeStore`] on this server, presenting bearer `token`.
+    pub fn kube_store_as(&self, token: &str) -> KubeStore {
+        KubeStore::from_client(self.client_as(token))
+    }
+
     /// A [`KubeStore`] on this server.
     pub fn kube_store(&self) -> KubeStore {
         KubeStore::from_client(self.client())
@@ -406,7 +590,12 @@ impl FakeApiServer {
             labels: param("labelSelector").map(selector_pairs).unwrap_or_default(),
             fields: param("fieldSelector").map(selector_pairs).unwrap_or_default(),
         };
+        let watch = matches!(param("watch"), Some("true" | "1"));
+        if let Some(refused) = self.refuse(&parts, &target, &ty, &body, watch).await {
+            return refused;
+        }
         let ns = target.namespace.as_deref();
+        let with_status = !self.has_status_subresource(&ty);
         let result = match (parts.method, &target.name) {
             (Method::GET, Some(name)) => match self.store.get(&ty, ns, name).await {
                 Ok(Some(obj)) => Ok(json_response(StatusCode::OK, &obj)),
@@ -416,7 +605,7 @@ impl FakeApiServer {
                 }),
                 Err(e) => Err(e),
             },
-            (Method::GET, None) if matches!(param("watch"), Some("true" | "1")) => {
+            (Method::GET, None) if watch => {
                 let rv = param("resourceVersion").filter(|rv| !rv.is_empty());
                 let down = self.faults.down.subscribe();
                 let paused = self.faults.watches_paused.subscribe();
@@ -446,6 +635,8 @@ impl FakeApiServer {
             }
             (Method::PUT, Some(name)) => match object_from(&body, &target, Some(name)) {
                 Ok(obj) if target.status => self.store.update_status(&ty, obj).await,
+                // Without a status subresource, status is an ordinary field of the object.
+                Ok(obj) if with_status => self.update_with_status(&ty, obj).await,
                 Ok(obj) => self.store.update(&ty, obj).await,
                 Err(e) => Err(e),
             }
@@ -596,6 +787,13 @@ impl TcpServer {
     /// Write [`TcpServer::kubeconfig`] to `path`.
     pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
         std::fs::write(path, self.kubeconfig())
+    }
+
+    /// Write a kubeconfig presenting bearer `token` (see [`FakeApiServer::grant`]) to `path`.
+    pub fn write_kubeconfig_with_token(&self, path: &Path, token: &str) -> std::io::Result<()> {
+        let mut config: Value = serde_json::from_str(&self.kubeconfig()).unwrap_or_default();
+        config["users"][0]["user"] = json!({"token": token});
+        std::fs::write(path, config.to_string())
     }
 
     /// Close the listener and every connection.
