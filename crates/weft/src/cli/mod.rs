@@ -123,6 +123,12 @@ pub enum Command {
         /// weft binary itself as weft-ipam, instead of the client that hands calls to the agent.
         #[arg(long)]
         without_agent: bool,
+        /// Also install this conflist (the runtime's, e.g. 00-weft.conflist) into --conf-dir.
+        #[arg(long, requires = "conf_dir")]
+        conflist: Option<PathBuf>,
+        /// The runtime's CNI config dir, e.g. /etc/cni/net.d (with --conflist).
+        #[arg(long, requires = "conflist")]
+        conf_dir: Option<PathBuf>,
     },
 }
 
@@ -269,7 +275,14 @@ async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             bin_dir,
             link,
             without_agent,
-        } => crate::install::run(&bin_dir, link, without_agent),
+            conflist,
+            conf_dir,
+        } => crate::install::run(
+            &bin_dir,
+            link,
+            without_agent,
+            conflist.as_deref().zip(conf_dir.as_deref()),
+        ),
     }
 }
 
