@@ -151,6 +151,9 @@ async fn one_api_write_per_allocation_and_two_with_a_claim() {
         "reusing a claim costs at most its status write: {:?}",
         fake.requests()
     );
+    for (user, verb, group, resource) in fake.permissions_used() {
+        eprintln!("permission used: {user} {verb} {group}/{resource}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

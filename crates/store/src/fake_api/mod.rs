@@ -52,6 +52,8 @@ struct Policy {
     no_status: HashSet<(String, String)>,
     /// Bearer token → (user, rules). Empty: no RBAC (every client may do anything).
     users: HashMap<String, (String, strict::Rules)>,
+    /// `(user, verb, group, resource)` of every request RBAC allowed.
+    used: std::collections::BTreeSet<(String, String, String, String)>,
 }
 
 /// The user of a request without a known token while RBAC is enforced.
@@ -222,6 +224,13 @@ impl FakeApiServer {
             .insert(token.into(), (user.into(), rules));
     }
 
+    /// What each user was allowed to do so far, as `(user, verb, group, resource)`: with
+    /// [`FakeApiServer::grant`], the permissions a component really uses (a role granting
+    /// more is broader than it needs).
+    pub fn permissions_used(&self) -> Vec<(String, String, String, String)> {
+        lock(&self.policy).used.iter().cloned().collect()
+    }
+
     fn has_status_subresource(&self, ty: &ResourceType) -> bool {
         !lock(&self.policy)
             .no_status
@@ -263,7 +272,14 @@ impl FakeApiServer {
                 true => format!("{}/status", ty.plural),
                 false => ty.plural.clone(),
             };
-            if !rules.allows(verb, ty.group(), &resource, target.name.as_deref()) {
+            if rules.allows(verb, ty.group(), &resource, target.name.as_deref()) {
+                lock(&self.policy).used.insert((
+                    user.clone(),
+                    verb.to_string(),
+                    ty.group().to_string(),
+                    resource.clone(),
+                ));
+            } else {
                 let denied = strict::Denied {
                     user,
                     verb,

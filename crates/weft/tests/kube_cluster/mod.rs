@@ -98,6 +98,10 @@ impl FakeCluster {
 
 impl Drop for FakeCluster {
     fn drop(&mut self) {
+        // What the agent used of its role, for comparing the role with it (--no-capture).
+        for (user, verb, group, resource) in self.api.permissions_used() {
+            eprintln!("permission used: {user} {verb} {group}/{resource}");
+        }
         // Stop serving inside the runtime before the runtime goes.
         let _entered = self.runtime.enter();
         self.tcp.take();
