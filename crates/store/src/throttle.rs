@@ -71,9 +71,61 @@ impl LogThrottle {
     }
 }
 
+/// One [`LogThrottle`] per key (e.g. per object a reconcile loop fails on every pass), so
+/// one object's repeated failure does not hide another's first.
+#[derive(Clone, Debug, Default)]
+pub struct KeyedThrottle {
+    every: Option<Duration>,
+    keys: std::collections::HashMap<String, LogThrottle>,
+}
+
+impl KeyedThrottle {
+    /// Log each key's failure at most once per `every`.
+    pub fn new(every: Duration) -> Self {
+        Self {
+            every: Some(every),
+            keys: Default::default(),
+        }
+    }
+
+    /// A failure of `key` at `now` (see [`LogThrottle::decide`]).
+    pub fn decide(&mut self, key: &str, now: Instant) -> Decision {
+        let every = self.every.unwrap_or(DEFAULT_LOG_EVERY);
+        self.keys
+            .entry(key.to_string())
+            .or_insert_with(|| LogThrottle::new(every))
+            .decide(now)
+    }
+
+    /// `key` succeeded: forget it (its next failure is logged at once). Returns what
+    /// [`LogThrottle::recover`] returns.
+    pub fn recover(&mut self, key: &str) -> Option<u64> {
+        self.keys.remove(key).and_then(|mut t| t.recover())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_key_is_throttled_on_its_own() {
+        let start = Instant::now();
+        let mut t = KeyedThrottle::new(Duration::from_secs(10));
+        assert_eq!(t.decide("vm/a", start), Decision::Log { suppressed: 0 });
+        assert_eq!(t.decide("vm/a", start + Duration::from_secs(1)), Decision::Count);
+        assert_eq!(
+            t.decide("vm/b", start + Duration::from_secs(1)),
+            Decision::Log { suppressed: 0 },
+            "another object's first failure is logged"
+        );
+        assert_eq!(t.recover("vm/a"), Some(1));
+        assert_eq!(t.recover("vm/a"), None);
+        assert_eq!(
+            t.decide("vm/a", start + Duration::from_secs(2)),
+            Decision::Log { suppressed: 0 }
+        );
+    }
 
     #[test]
     fn the_first_failure_is_logged_then_counted_until_the_interval_passes() {
