@@ -5,15 +5,20 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::StreamExt;
 use tokio::sync::watch;
 
+use crate::throttle::{Decision, LogThrottle};
 use crate::{ListOptions, Object, ObjectList, ResourceType, Store, StoreError, WatchEvent, WatchStream};
 
 type Key = (String, String); // namespace, name
+
+/// Pause between a failed list or watch and the next attempt: short, so the cache watches
+/// again within a second of the API server's return (the log is throttled, not the retries).
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
 
 #[derive(Default)]
 struct Shelf {
@@ -157,12 +162,16 @@ async fn reflect(
     shelf: Arc<RwLock<Shelf>>,
     synced: watch::Sender<bool>,
 ) {
+    // One throttle for the list and watch failures of this kind: an outage fails both.
+    let mut failures = LogThrottle::default();
     loop {
         let list = match inner.list(&ty, None, &opts).await {
             Ok(list) => list,
             Err(e) => {
-                tracing::warn!(kind = %ty.kind, "cache list failed: {e}");
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                if let Decision::Log { suppressed } = failures.decide(Instant::now()) {
+                    tracing::warn!(kind = %ty.kind, suppressed, "cache list failed: {e}");
+                }
+                tokio::time::sleep(RETRY_PAUSE).await;
                 continue;
             }
         };
@@ -175,11 +184,16 @@ async fn reflect(
         let mut stream = match inner.watch(&ty, None, &opts, Some(&list.resource_version)).await {
             Ok(stream) => stream,
             Err(e) => {
-                tracing::warn!(kind = %ty.kind, "cache watch failed: {e}");
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                if let Decision::Log { suppressed } = failures.decide(Instant::now()) {
+                    tracing::warn!(kind = %ty.kind, suppressed, "cache watch failed: {e}");
+                }
+                tokio::time::sleep(RETRY_PAUSE).await;
                 continue;
             }
         };
+        if let Some(suppressed) = failures.recover() {
+            tracing::info!(kind = %ty.kind, suppressed, "cache watching again");
+        }
         while let Some(event) = stream.next().await {
             let Ok(event) = event else { break };
             let mut shelf = shelf.write().unwrap_or_else(|e| e.into_inner());

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::{Api, ListOptions, Object, ObjectMeta, Resource, ResourceType, Store, WatchEvent, WatchStream};
 
@@ -66,9 +66,15 @@ pub fn pod(namespace: &str, name: &str, app: &str, node: &str) -> Object {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": {"app": app}},
-        "spec": {"nodeName": node}
+        // A real API server rejects pods without containers (so does the fake one).
+        "spec": pod_spec(node)
     }))
     .expect("pod literal")
+}
+
+/// A pod spec on `node` (with a container: a real API server rejects pods without one).
+pub fn pod_spec(node: &str) -> Value {
+    json!({"nodeName": node, "containers": [{"name": "main", "image": "pause"}]})
 }
 
 /// A typed counter used by the concurrency checks.
@@ -156,13 +162,13 @@ pub async fn create_assigns_metadata_and_rejects_duplicates(store: Arc<dyn Store
 pub async fn update_is_compare_and_swap(store: Arc<dyn Store>) {
     let created = store.create(&pods(), pod("ns", "a", "x", "n1")).await.unwrap();
     let mut fresh = created.clone();
-    fresh.data.insert("spec".into(), json!({"nodeName": "n2"}));
+    fresh.data.insert("spec".into(), pod_spec("n2"));
     let updated = store.update(&pods(), fresh).await.unwrap();
     assert!(rv_of(&updated) > rv_of(&created));
     assert_eq!(updated.metadata.uid, created.metadata.uid);
 
     let mut stale = created.clone();
-    stale.data.insert("spec".into(), json!({"nodeName": "n3"}));
+    stale.data.insert("spec".into(), pod_spec("n3"));
     let err = store.update(&pods(), stale.clone()).await.unwrap_err();
     assert!(err.is_conflict(), "{err}");
     let now = store.get(&pods(), Some("ns"), "a").await.unwrap().unwrap();
@@ -191,7 +197,7 @@ pub async fn update_keeps_status(store: Arc<dyn Store>) {
     spec_change
         .data
         .insert("status".into(), json!({"phase": "Overwritten"}));
-    spec_change.data.insert("spec".into(), json!({"nodeName": "n9"}));
+    spec_change.data.insert("spec".into(), pod_spec("n9"));
     let after = store.update(&pods(), spec_change).await.unwrap();
     assert_eq!(after.data["status"]["phase"], "Running");
     assert_eq!(after.data["spec"]["nodeName"], "n9");
@@ -206,7 +212,7 @@ pub async fn update_status_keeps_spec_but_changes_annotations(store: Arc<dyn Sto
     let created = store.create(&pods(), pod("ns", "a", "x", "n1")).await.unwrap();
     let mut change = created.clone();
     change.data.insert("status".into(), json!({"phase": "Running"}));
-    change.data.insert("spec".into(), json!({"nodeName": "ignored"}));
+    change.data.insert("spec".into(), pod_spec("ignored"));
     change.metadata.annotations.insert("k".into(), "v".into());
     change.metadata.labels.insert("app".into(), "y".into());
     change.metadata.finalizers.push("ignored".into());

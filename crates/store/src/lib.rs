@@ -36,12 +36,13 @@ pub mod semantics;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod store;
+pub mod throttle;
 
 pub use api::{Api, TypedEvent};
 pub use cached::CachedStore;
 pub use error::StoreError;
 #[cfg(feature = "kube")]
-pub use kubernetes::KubeStore;
+pub use kubernetes::{ClientIdentity, KubeStore};
 pub use memory::MemoryStore;
 pub use object::{Object, ObjectMeta, OwnerReference, Resource, ResourceType, new_uid, now_rfc3339};
 pub use select::ListOptions;

@@ -135,8 +135,10 @@ async fn apply(store: &dyn Store, op: &Op) -> Result<Option<Object>, StoreError>
         } => {
             let current = store.get(&ty, Some("ns"), name(i)).await?;
             let mut next = current.clone().unwrap_or_else(|| pod("ns", name(i), "x", "n0"));
-            next.data
-                .insert("spec".into(), json!({"nodeName": format!("n{node}")}));
+            next.data.insert(
+                "spec".into(),
+                weft_store::conformance::pod_spec(&format!("n{node}")),
+            );
             if *drop_finalizers {
                 next.metadata.finalizers.clear();
             }

@@ -10,7 +10,9 @@ use kube::client::Body;
 use serde_json::{Value, json};
 use tower_test::mock;
 use weft_store::conformance::{describe, pod, pods};
-use weft_store::{KubeStore, ListOptions, Object, ResourceType, Store, StoreError, WatchEvent};
+use weft_store::{
+    ClientIdentity, KubeStore, ListOptions, Object, ResourceType, Store, StoreError, WatchEvent,
+};
 
 /// One expected request and the reply to it.
 struct Step {
@@ -440,12 +442,14 @@ async fn kubeconfig_constructor_and_refused_connections() {
          contexts: [{name: test, context: {cluster: test, user: test, namespace: ns}}]\n",
     )
     .unwrap();
-    let store = KubeStore::from_kubeconfig(&path).await.unwrap();
+    let store = KubeStore::from_kubeconfig(&path, &ClientIdentity::default())
+        .await
+        .unwrap();
     let err = store.get(&pods(), Some("ns"), "a").await.unwrap_err();
     assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
 
     let missing = dir.path().join("missing");
-    let err = KubeStore::from_kubeconfig(&missing)
+    let err = KubeStore::from_kubeconfig(&missing, &ClientIdentity::default())
         .await
         .err()
         .expect("no such file");
@@ -488,7 +492,9 @@ async fn a_server_answering_503_is_retried_briefly_then_reported() {
         ),
     )
     .unwrap();
-    let store = KubeStore::from_kubeconfig(&path).await.unwrap();
+    let store = KubeStore::from_kubeconfig(&path, &ClientIdentity::default())
+        .await
+        .unwrap();
     let started = std::time::Instant::now();
     let err = store.get(&pods(), Some("ns"), "a").await.unwrap_err();
     assert!(
@@ -577,7 +583,9 @@ async fn the_fake_api_server_serves_tcp_with_injected_conflicts_and_outages() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     tcp.write_kubeconfig(&kubeconfig).unwrap();
-    let store = KubeStore::from_kubeconfig(&kubeconfig).await.unwrap();
+    let store = KubeStore::from_kubeconfig(&kubeconfig, &ClientIdentity::default())
+        .await
+        .unwrap();
     let created = store.create(&pods(), pod("ns", "a", "x", "n1")).await.unwrap();
     let mut watch = store
         .watch(
@@ -651,4 +659,196 @@ async fn the_fake_api_server_serves_tcp_with_injected_conflicts_and_outages() {
     tcp.stop();
     let stopped = store.get(&pods(), Some("ns"), "a").await.unwrap_err();
     assert!(matches!(stopped, StoreError::Unavailable(_)), "{stopped}");
+}
+
+/// Every request names the client (User-Agent `<component>/<version>`) and every write its
+/// field manager, as the fake API server records them (issue 9: managedFields said "unknown").
+#[tokio::test]
+async fn every_request_names_the_client_and_every_write_its_field_manager() {
+    use weft_store::MemoryStore;
+    use weft_store::fake_api::FakeApiServer;
+
+    let server = FakeApiServer::new(MemoryStore::shared(), [pods()]);
+    let tcp = server.serve_tcp().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    tcp.write_kubeconfig(&kubeconfig).unwrap();
+    let identity = ClientIdentity::new("weft-node", "1.2.3");
+    let store = KubeStore::from_kubeconfig(&kubeconfig, &identity).await.unwrap();
+    let created = store.create(&pods(), pod("ns", "a", "x", "n1")).await.unwrap();
+    let updated = store.update(&pods(), created).await.unwrap();
+    store.update_status(&pods(), updated).await.unwrap();
+    store.get(&pods(), Some("ns"), "a").await.unwrap().unwrap();
+    store.list(&pods(), None, &ListOptions::default()).await.unwrap();
+    store
+        .delete(&pods(), Some("ns"), "a", None)
+        .await
+        .unwrap()
+        .unwrap();
+
+    let records = server.records();
+    assert_eq!(records.len(), 6, "{records:#?}");
+    for record in &records {
+        assert_eq!(
+            record.user_agent.as_deref(),
+            Some("weft-node/1.2.3"),
+            "{record:?}"
+        );
+        // Deletes take no fieldManager in the API; every other write names ours.
+        let expected = (record.is_write() && record.method != "DELETE").then_some("weft-node");
+        assert_eq!(record.field_manager.as_deref(), expected, "{record:?}");
+    }
+}
+
+/// The fake API server refuses what a real one refuses (issue 9): RBAC per bearer token with
+/// the API server's 403, `PUT .../status` of a CRD without the subresource (404, reported as
+/// such, not as "not found"), pods without containers (422), and `blockOwnerDeletion` on a
+/// reference to an owner whose finalizers the client may not update (403).
+#[tokio::test]
+async fn the_fake_api_server_is_as_strict_as_a_real_one() {
+    use weft_store::MemoryStore;
+    use weft_store::fake_api::FakeApiServer;
+    use weft_store::fake_api::strict::Rules;
+
+    let vmis = ResourceType::new(
+        "kubevirt.io/v1",
+        "VirtualMachineInstance",
+        "virtualmachineinstances",
+        true,
+    );
+    let vms = ResourceType::new("kubevirt.io/v1", "VirtualMachine", "virtualmachines", true);
+    let claims = ResourceType::new("k8s.cni.cncf.io/v1alpha1", "IPAMClaim", "ipamclaims", true);
+    let backing = MemoryStore::shared();
+    let server = FakeApiServer::new(
+        backing.clone(),
+        [pods(), vmis.clone(), vms.clone(), claims.clone()],
+    );
+    server.without_status_subresource(&vmis);
+    let role = |rules: Value| Rules::from_role(&json!({"kind": "ClusterRole", "rules": rules})).unwrap();
+    let node_user = "system:serviceaccount:weft-system:weft-node";
+    server.grant(
+        "node-token",
+        node_user,
+        role(json!([
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["update"]},
+            {"apiGroups": ["k8s.cni.cncf.io"], "resources": ["ipamclaims"], "verbs": ["create"]},
+        ])),
+    );
+    server.grant(
+        "admin-token",
+        "admin",
+        role(json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}])),
+    );
+    let tcp = server.serve_tcp().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store_as = |token: Option<&str>| {
+        let path = dir.path().join(format!("kubeconfig-{}", token.unwrap_or("none")));
+        match token {
+            Some(token) => tcp.write_kubeconfig_with_token(&path, token).unwrap(),
+            None => tcp.write_kubeconfig(&path).unwrap(),
+        }
+        async move {
+            KubeStore::from_kubeconfig(&path, &ClientIdentity::default())
+                .await
+                .unwrap()
+        }
+    };
+    let (node, admin, anonymous) = (
+        store_as(Some("node-token")).await,
+        store_as(Some("admin-token")).await,
+        store_as(None).await,
+    );
+
+    // RBAC: what the role grants works, the rest is 403 with the API server's message.
+    let created = admin.create(&pods(), pod("ns", "a", "x", "n1")).await.unwrap();
+    node.list(&pods(), None, &ListOptions::default()).await.unwrap();
+    node.update_status(&pods(), created.clone()).await.unwrap();
+    let e = node
+        .create(&pods(), pod("ns", "b", "x", "n1"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!(
+            "pods is forbidden: User \"{node_user}\" cannot create resource \"pods\" in API group \"\" in the namespace \"ns\""
+        )),
+        "{e}"
+    );
+    let e = node.update(&pods(), created).await.unwrap_err().to_string();
+    assert!(e.contains("cannot update resource \"pods\""), "{e}");
+    let e = anonymous
+        .list(&pods(), None, &ListOptions::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(
+            "User \"system:anonymous\" cannot list resource \"pods\" in API group \"\" at the cluster scope"
+        ),
+        "{e}"
+    );
+
+    // No status subresource on VMIs: 404 for .../status, reported as such; status is written
+    // with the object.
+    let mut vmi = Object::new(&vmis, Some("default"), "vm1");
+    vmi.data.insert("status".into(), json!({"phase": "Running"}));
+    let vmi = admin.create(&vmis, vmi).await.unwrap();
+    let e = admin.update_status(&vmis, vmi.clone()).await.unwrap_err();
+    assert!(!matches!(e, StoreError::NotFound { .. }), "{e}");
+    assert!(e.to_string().contains("no status subresource"), "{e}");
+    let mut next = vmi.clone();
+    next.data.insert("status".into(), json!({"phase": "Succeeded"}));
+    let written = admin.update(&vmis, next).await.unwrap();
+    assert_eq!(written.data["status"]["phase"], "Succeeded");
+    let requests = server.requests();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.starts_with("PUT ") && r.contains("/virtualmachineinstances/vm1/status"))
+    );
+
+    // Pods need containers.
+    let mut bare = pod("ns", "bare", "x", "n1");
+    bare.data.insert("spec".into(), json!({"nodeName": "n1"}));
+    let e = admin.create(&pods(), bare).await.unwrap_err();
+    assert!(matches!(e, StoreError::Invalid(_)), "{e}");
+    assert!(
+        e.to_string()
+            .contains("Pod \"bare\" is invalid: spec.containers: Required value"),
+        "{e}"
+    );
+
+    // blockOwnerDeletion needs update on the owner's finalizers.
+    let vm = admin
+        .create(&vms, Object::new(&vms, Some("default"), "vm1"))
+        .await
+        .unwrap();
+    let claim = |block: Option<bool>| {
+        let mut claim = Object::new(&claims, Some("default"), "vm1.blue");
+        claim.metadata.owner_references.push(weft_store::OwnerReference {
+            api_version: "kubevirt.io/v1".into(),
+            kind: "VirtualMachine".into(),
+            name: "vm1".into(),
+            uid: vm.metadata.uid.clone().unwrap(),
+            controller: Some(true),
+            block_owner_deletion: block,
+        });
+        claim
+    };
+    let e = node
+        .create(&claims, claim(Some(true)))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("ipamclaims.k8s.cni.cncf.io \"vm1.blue\" is forbidden: cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on"),
+        "{e}"
+    );
+    node.create(&claims, claim(None)).await.unwrap();
+    admin
+        .delete(&claims, Some("default"), "vm1.blue", None)
+        .await
+        .unwrap();
+    admin.create(&claims, claim(Some(true))).await.unwrap();
 }

@@ -72,7 +72,9 @@ pub async fn ensure_for_vm(store: &Arc<dyn Store>, vm: &VirtualMachine) -> anyho
             name: vm.metadata.name.clone(),
             uid: vm.metadata.uid.clone().unwrap_or_default(),
             controller: Some(true),
-            block_owner_deletion: Some(true),
+            // Not blocking: under OwnerReferencesPermissionEnforcement `true` needs update on
+            // virtualmachines/finalizers, which weft-controller's role does not grant (docs/compat.md).
+            block_owner_deletion: None,
         });
         claim.spec.network = cni_network;
         claim.spec.interface = weft_vm::hashed_pod_interface_name(&network.name);

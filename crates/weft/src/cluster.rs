@@ -9,6 +9,37 @@ use weft_store::{Object, Resource, ResourceType, Store};
 /// File name of the embedded store inside the state directory.
 pub const STORE_FILE: &str = "store.db";
 
+/// Which weft component a process is, as the API server sees it: its `User-Agent`
+/// (`<name>/<version>`) and the `fieldManager` of its writes (`<name>`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Component {
+    /// The node agent (`weft agent`): `weft-node`, like its ServiceAccount.
+    Node,
+    /// The controller (`weft controller`): `weft-controller`.
+    Controller,
+    /// The command line (`weft apply`, `get`, ...): `weft`.
+    Cli,
+    /// The IPAM plugin (`weft-ipam`), run by the agent or a runtime: `weft-ipam`.
+    Ipam,
+}
+
+impl Component {
+    /// The component's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Node => "weft-node",
+            Self::Controller => "weft-controller",
+            Self::Cli => "weft",
+            Self::Ipam => "weft-ipam",
+        }
+    }
+
+    /// The client identity: the name at this binary's version.
+    pub fn identity(self) -> weft_store::ClientIdentity {
+        weft_store::ClientIdentity::new(self.name(), env!("CARGO_PKG_VERSION"))
+    }
+}
+
 /// Which cluster the process talks to.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum StoreTarget {
@@ -31,8 +62,9 @@ pub fn is_kubernetes() -> bool {
     matches!(TARGET.get(), Some(StoreTarget::Kubernetes(_)))
 }
 
-/// Open the cluster store: the embedded store at `state/store.db`, or Kubernetes.
-pub async fn open_store(state: &Path) -> anyhow::Result<Arc<dyn Store>> {
+/// Open the cluster store: the embedded store at `state/store.db`, or Kubernetes (as
+/// `component`).
+pub async fn open_store(state: &Path, component: Component) -> anyhow::Result<Arc<dyn Store>> {
     match TARGET.get().cloned().unwrap_or_default() {
         StoreTarget::Embedded => {
             // The store creates a missing state directory itself, 0700 (and checks an existing one).
@@ -42,13 +74,13 @@ pub async fn open_store(state: &Path) -> anyhow::Result<Arc<dyn Store>> {
             Ok(Arc::new(store))
         }
         StoreTarget::Kubernetes(Some(path)) => {
-            let store = weft_store::KubeStore::from_kubeconfig(&path)
+            let store = weft_store::KubeStore::from_kubeconfig(&path, &component.identity())
                 .await
                 .with_context(|| format!("kubeconfig {}", path.display()))?;
             Ok(Arc::new(store))
         }
         StoreTarget::Kubernetes(None) => Ok(Arc::new(
-            weft_store::KubeStore::try_default()
+            weft_store::KubeStore::try_default(&component.identity())
                 .await
                 .context("in-cluster Kubernetes config")?,
         )),
@@ -60,7 +92,7 @@ pub async fn init_store(state: &Path) -> anyhow::Result<i32> {
     if target() != StoreTarget::Embedded {
         anyhow::bail!("weft init creates an embedded store; the Kubernetes API needs none");
     }
-    open_store(state).await?;
+    open_store(state, Component::Cli).await?;
     println!("store ready at {}", state.join(STORE_FILE).display());
     Ok(0)
 }
@@ -72,7 +104,7 @@ pub async fn open_running_store(state: &Path) -> anyhow::Result<Arc<dyn Store>> 
     if target() == StoreTarget::Embedded && !state.join(STORE_FILE).is_file() {
         anyhow::bail!("no local cluster at {}: run `weft up`", state.display());
     }
-    open_store(state).await
+    open_store(state, Component::Cli).await
 }
 
 /// How a store is named when the agent and a `weft-ipam` process compare theirs: the canonical

@@ -81,7 +81,34 @@ fn replace(path: &Path, create: impl FnOnce(&Path) -> std::io::Result<()>) -> st
 }
 
 /// `weft install-cni`.
-pub fn run(bin_dir: &Path, link: bool, without_agent: bool) -> anyhow::Result<i32> {
+/// Copy the runtime's conflist `source` into `conf_dir` (created if missing) under its own
+/// name, mode 0644, replacing an existing one atomically. Returns the installed path.
+pub fn install_conflist(source: &Path, conf_dir: &Path) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let name = source.file_name().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{}: not a file name", source.display()),
+        )
+    })?;
+    std::fs::create_dir_all(conf_dir)?;
+    let path = conf_dir.join(name);
+    replace(&path, |temp| {
+        std::fs::copy(source, temp)?;
+        std::fs::set_permissions(temp, std::fs::Permissions::from_mode(0o644))
+    })?;
+    Ok(path)
+}
+
+/// `weft install-cni`: the plugins into `bin_dir`, and with `conflist` (`(source, conf dir)`)
+/// the runtime's conflist too: the DaemonSet's init container runs this one command, exec
+/// form, so the image needs no shell.
+pub fn run(
+    bin_dir: &Path,
+    link: bool,
+    without_agent: bool,
+    conflist: Option<(&Path, &Path)>,
+) -> anyhow::Result<i32> {
     let weft = std::env::current_exe()?;
     let how = if link { FullBinary::Link } else { FullBinary::Copy };
     let ipam = if without_agent {
@@ -90,6 +117,12 @@ pub fn run(bin_dir: &Path, link: bool, without_agent: bool) -> anyhow::Result<i3
         IpamPlugin::Client
     };
     for path in install_cni(bin_dir, &weft, how, ipam)? {
+        println!("installed {}", path.display());
+    }
+    if let Some((source, conf_dir)) = conflist {
+        use anyhow::Context;
+        let path = install_conflist(source, conf_dir)
+            .with_context(|| format!("install {} into {}", source.display(), conf_dir.display()))?;
         println!("installed {}", path.display());
     }
     Ok(0)
@@ -149,6 +182,21 @@ mod tests {
             );
         }
         install_cni(&bin, &weft, FullBinary::Copy, IpamPlugin::FullBinary).unwrap();
+        let source = dir.path().join("00-weft.conflist");
+        std::fs::write(&source, b"{}").unwrap();
+        let conf_dir = dir.path().join("etc/cni/net.d");
+        for _ in 0..2 {
+            let installed = install_conflist(&source, &conf_dir).unwrap();
+            assert_eq!(installed, conf_dir.join("00-weft.conflist"));
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&installed).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o644);
+        }
+        assert_eq!(
+            std::fs::read_dir(&conf_dir).unwrap().count(),
+            1,
+            "no temporary file left"
+        );
         for full in ["weft-cni", "passthru", "weft-ipam"] {
             assert_eq!(std::fs::read(bin.join(full)).unwrap(), b"full weft", "{full}");
         }

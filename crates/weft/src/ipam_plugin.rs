@@ -334,11 +334,11 @@ fn open_embedded(state: &Path, root: Option<&Path>) -> Result<Arc<dyn Store>, Cn
 async fn open_kubernetes(kubeconfig: Option<PathBuf>) -> Result<Arc<dyn Store>, CniError> {
     let (store, what) = match &kubeconfig {
         Some(path) => (
-            weft_store::KubeStore::from_kubeconfig(path).await,
+            weft_store::KubeStore::from_kubeconfig(path, &crate::cluster::Component::Ipam.identity()).await,
             format!("kubeconfig {}", path.display()),
         ),
         None => (
-            weft_store::KubeStore::try_default().await,
+            weft_store::KubeStore::try_default(&crate::cluster::Component::Ipam.identity()).await,
             "in-cluster Kubernetes config".to_string(),
         ),
     };

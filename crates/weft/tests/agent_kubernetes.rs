@@ -8,234 +8,15 @@
 //! the caches watch again and ADD works again.
 
 mod common;
+mod kube_cluster;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
+use kube_cluster::*;
 use serde_json::{Value, json};
-use weft_store::fake_api::{CONCURRENT_WRITE_ANNOTATION, FakeApiServer, TcpServer};
-use weft_store::{MemoryStore, Object, Resource, ResourceType, Store};
-
-fn pods() -> ResourceType {
-    ResourceType::new("v1", "Pod", "pods", true)
-}
-
-fn nads() -> ResourceType {
-    weft_netconf::NetworkAttachmentDefinition::resource_type()
-}
-
-/// The fake API server (on its own runtime) and what the agent needs to reach it.
-struct FakeCluster {
-    api: FakeApiServer,
-    objects: Arc<dyn Store>,
-    tcp: Option<TcpServer>,
-    runtime: tokio::runtime::Runtime,
-}
-
-impl FakeCluster {
-    /// Serve the fake API (pods and NADs) on 127.0.0.1 inside `netns` (where the agent runs).
-    fn start(netns: &Netns) -> Self {
-        Self::serving(netns, vec![pods(), nads()])
-    }
-
-    /// Serve the fake API for `types` on 127.0.0.1 inside `netns`.
-    fn serving(netns: &Netns, types: Vec<ResourceType>) -> Self {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let objects = MemoryStore::shared();
-        let api = FakeApiServer::new(objects.clone(), types);
-        let listener = netns.enter(|| std::net::TcpListener::bind("127.0.0.1:0").unwrap());
-        let tcp = {
-            let _entered = runtime.enter();
-            api.serve_listener(listener).unwrap()
-        };
-        Self {
-            api,
-            objects,
-            tcp: Some(tcp),
-            runtime,
-        }
-    }
-
-    fn create(&self, ty: &ResourceType, object: Value) -> Object {
-        let object: Object = serde_json::from_value(object).unwrap();
-        self.runtime.block_on(self.objects.create(ty, object)).unwrap()
-    }
-
-    fn pod(&self, namespace: &str, name: &str) -> Option<Object> {
-        self.runtime
-            .block_on(self.objects.get(&pods(), Some(namespace), name))
-            .unwrap()
-    }
-}
-
-impl Drop for FakeCluster {
-    fn drop(&mut self) {
-        // Stop serving inside the runtime before the runtime goes.
-        let _entered = self.runtime.enter();
-        self.tcp.take();
-    }
-}
-
-/// A `weft agent --kubeconfig` process in a node namespace, killed on drop.
-struct KubeAgent {
-    child: Child,
-    dir: tempfile::TempDir,
-    bin: PathBuf,
-    conf: Value,
-}
-
-impl KubeAgent {
-    fn start(node: &Netns, cluster: &FakeCluster) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let state = dir.path();
-        let bin = state.join("bin");
-        install_plugins(&bin);
-        let conf_dir = state.join("net.d");
-        std::fs::create_dir_all(&conf_dir).unwrap();
-        let cluster_network = json!({
-            "cniVersion": "1.0.0", "name": "cluster",
-            "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true,
-                         "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.251.0.0/24"}]],
-                                  "routes": [{"dst": "0.0.0.0/0"}], "dataDir": state.join("hl-cluster")}}]
-        });
-        std::fs::write(conf_dir.join("10-cluster.conflist"), cluster_network.to_string()).unwrap();
-        let conf = json!({
-            "cniVersion": "1.0.0", "name": "weft", "type": "weft-cni",
-            "clusterNetwork": conf_dir.join("10-cluster.conflist"),
-            "daemonSocketDir": state,
-        });
-        let kubeconfig = state.join("kubeconfig");
-        cluster
-            .tcp
-            .as_ref()
-            .unwrap()
-            .write_kubeconfig(&kubeconfig)
-            .unwrap();
-        let child = Self::spawn(node, state);
-        let agent = Self {
-            child,
-            dir,
-            bin,
-            conf,
-        };
-        agent.wait_for_socket();
-        // The agent serves before its caches are synced; the test starts from synced caches
-        // (their list and watch requests done).
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !agent.log().contains("watch caches synced") {
-            assert!(Instant::now() < deadline, "caches did not sync:\n{}", agent.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        agent
-    }
-
-    /// `weft agent` on `state`'s kubeconfig, conf dir, cache dir and plugins, in `node`.
-    fn spawn(node: &Netns, state: &Path) -> Child {
-        node.command(&[weft_bin().to_str().unwrap()])
-            .arg("--kubeconfig")
-            .arg(state.join("kubeconfig"))
-            .arg("--state-dir")
-            .arg(state)
-            .args(["--log", "info", "agent", "--node", "n1"])
-            .arg("--socket")
-            .arg(state.join("weft.sock"))
-            .arg("--conf-dir")
-            .arg(state.join("net.d"))
-            .arg("--cache-dir")
-            .arg(state.join("cache"))
-            .arg("--cni-bin-dir")
-            .arg(state.join("bin"))
-            .arg("--cni-bin-dir")
-            .arg("/usr/lib/cni")
-            .stdout(Stdio::null())
-            .stderr(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(state.join("agent.log"))
-                    .unwrap(),
-            )
-            .spawn()
-            .unwrap()
-    }
-
-    fn wait_for_socket(&self) {
-        let socket = self.dir.path().join("weft.sock");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !socket.exists() {
-            assert!(Instant::now() < deadline, "agent did not start:\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Stop the agent and start it again on the same state (attachment records included).
-    fn restart(&mut self, node: &Netns) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(self.dir.path().join("weft.sock"));
-        self.child = Self::spawn(node, self.dir.path());
-        self.wait_for_socket();
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
-    }
-
-    fn shim(&self, command: &str, pod_ns: &Netns, namespace: &str, pod: &str) -> std::process::Output {
-        run_shim(&self.bin, &self.conf, command, pod_ns, namespace, pod)
-    }
-
-    /// Addresses host-local holds under `dir` (`<dir>/<network>/<address>`).
-    fn leases(&self, dir: &str) -> Vec<String> {
-        let names = |path: &std::path::Path| -> Vec<std::fs::DirEntry> {
-            std::fs::read_dir(path)
-                .map(|d| d.filter_map(Result::ok).collect())
-                .unwrap_or_default()
-        };
-        names(&self.dir.path().join(dir))
-            .iter()
-            .flat_map(|network| names(&network.path()))
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|name| name.parse::<std::net::IpAddr>().is_ok())
-            .collect()
-    }
-}
-
-impl Drop for KubeAgent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The agent's Prometheus metrics, from its Unix socket.
-fn agent_metrics(agent: &KubeAgent) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::os::unix::net::UnixStream::connect(agent.dir.path().join("weft.sock")).unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: weft\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
-}
-
-/// The veth host ends left in a namespace.
-fn veths(netns: &Netns) -> Vec<String> {
-    netns
-        .link_details()
-        .iter()
-        .filter(|l| l["linkinfo"]["info_kind"] == "veth")
-        .filter_map(|l| l["ifname"].as_str().map(String::from))
-        .collect()
-}
+use weft_store::fake_api::CONCURRENT_WRITE_ANNOTATION;
+use weft_store::{Object, Resource};
 
 #[test]
 fn agent_on_kubernetes_uses_watches_writes_status_through_conflicts_and_dels_with_the_api_down() {
@@ -445,48 +226,6 @@ fn agent_on_kubernetes_uses_watches_writes_status_through_conflicts_and_dels_wit
         agent.log()
     );
     assert_detached(&node, &pod_ns, &agent);
-}
-
-/// Wait until the agent's caches watch pods and NADs (since the last `clear_requests`).
-fn wait_for_watches(cluster: &FakeCluster, agent: &KubeAgent) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let watching = |plural: &str| {
-        cluster
-            .api
-            .requests()
-            .iter()
-            .any(|r| r.starts_with("GET ") && r.contains(plural) && r.contains("watch=true"))
-    };
-    while !(watching("/pods") && watching("/network-attachment-definitions")) {
-        assert!(
-            Instant::now() < deadline,
-            "the caches do not watch: {:#?}\n{}",
-            cluster.api.requests(),
-            agent.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Take the API server down and wait until the agent's watch caches fail to relist (the API
-/// server is down for the agent too).
-fn take_down(cluster: &FakeCluster, agent: &KubeAgent) {
-    let seen = agent.log().len();
-    cluster.api.set_down(true);
-    let relist_failed = |kind: &str| {
-        agent.log()[seen..]
-            .lines()
-            .any(|l| l.contains("cache list failed") && l.contains(kind))
-    };
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !(relist_failed("Pod") && relist_failed("NetworkAttachmentDefinition")) {
-        assert!(
-            Instant::now() < deadline,
-            "the agent did not notice the API server going down:\n{}",
-            agent.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// Nothing of the pod's attachments is left: links, host veth ends, addresses.
@@ -806,4 +545,81 @@ fn weft_ipam_releases_during_an_api_outage_are_journaled_and_replayed() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(agent.log().contains("replayed"), "{}", agent.log());
+}
+
+/// Issue 9 (client hygiene): every request of the agent says `User-Agent: weft-node/<version>`
+/// and every write names the field manager `weft-node`; during an outage the agent's caches
+/// retry every 500 ms but log a bounded number of lines (once per 10 s per kind, with a count),
+/// and when the API server is back they watch again within a few seconds.
+#[test]
+fn agent_names_itself_logs_an_outage_boundedly_and_watches_again_within_seconds() {
+    if !root_or_skip("agent_names_itself_logs_an_outage_boundedly_and_watches_again_within_seconds") {
+        return;
+    }
+    let node = Netns::new("ak-out");
+    let cluster = FakeCluster::start(&node);
+    let agent = KubeAgent::start(&node, &cluster);
+    let pod_ns = Netns::new("ak-outp");
+    cluster.create(
+        &pods(),
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "web", "namespace": "default"}, "spec": {"nodeName": "n1"}}),
+    );
+    let add = || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let add = agent.shim("ADD", &pod_ns, "default", "web");
+            if add.status.success() {
+                break;
+            }
+            // The pod may not be in the cache yet: the agent then reads it from the API.
+            assert!(Instant::now() < deadline, "ADD: {}\n{}", text(&add), agent.log());
+        }
+    };
+    add();
+    let version = env!("CARGO_PKG_VERSION");
+    let records = cluster.api.records();
+    assert!(
+        records.iter().any(|r| r.is_write()),
+        "the ADD wrote network-status: {records:#?}"
+    );
+    for record in &records {
+        assert_eq!(
+            record.user_agent.as_deref(),
+            Some(format!("weft-node/{version}").as_str()),
+            "{record:?}"
+        );
+        if record.is_write() && record.method != "DELETE" {
+            assert_eq!(record.field_manager.as_deref(), Some("weft-node"), "{record:?}");
+        }
+    }
+
+    // Down: after the first failure of each kind, ~5 s of retries (10 per kind) log at most
+    // one more line per kind (before: every attempt, about 6 lines a second).
+    take_down(&cluster, &agent);
+    let before = agent.log().lines().count();
+    let window = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < window {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let during: Vec<String> = agent.log().lines().skip(before).map(String::from).collect();
+    assert!(during.len() <= 2, "the outage floods the log: {during:#?}");
+    let del = agent.shim("DEL", &pod_ns, "default", "web");
+    assert!(del.status.success(), "DEL with the API down: {}", text(&del));
+
+    // Up: the caches watch again within a few seconds (they retry every 500 ms), and say so.
+    cluster.api.clear_requests();
+    let up = Instant::now();
+    cluster.api.set_down(false);
+    wait_for_watches(&cluster, &agent);
+    assert!(
+        up.elapsed() < Duration::from_secs(3),
+        "watching again took {:?}",
+        up.elapsed()
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !agent.log().contains("cache watching again") {
+        assert!(Instant::now() < deadline, "no recovery line:\n{}", agent.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

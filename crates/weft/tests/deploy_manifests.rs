@@ -461,14 +461,22 @@ fn daemonset_runs_the_agent_with_the_host_dirs_and_installs_the_plugins_atomical
     );
 
     let init = &pod["initContainers"][0];
-    let script = strings(&init["args"]).join("\n");
-    assert!(
-        script.contains("/usr/local/bin/weft install-cni --bin-dir /host/opt/cni/bin"),
-        "init container installs the plugins: {script}"
-    );
-    assert!(
-        script.contains("mv -f") && !script.contains("cp /usr/local/bin/weft /host"),
-        "files are copied to a temp name and renamed (text file busy, Multus #1221)"
+    let command = [strings(&init["command"]), strings(&init["args"])].concat();
+    assert_eq!(
+        command,
+        [
+            "/usr/local/bin/weft",
+            "install-cni",
+            "--bin-dir",
+            "/host/opt/cni/bin",
+            "--conflist",
+            "/etc/weft/cni/00-weft.conflist",
+            "--conf-dir",
+            "/host/etc/cni/net.d"
+        ],
+        "init container installs the plugins and the conflist, exec form (the image has no \
+         shell); weft writes each file under a temp name and renames it (text file busy, \
+         Multus #1221)"
     );
     assert!(
         host_mounts(pod, init).contains(&("/host/opt/cni/bin", "/opt/cni/bin")),
@@ -500,28 +508,31 @@ fn example_nad_is_a_persistent_weft_ipam_network() {
     assert_eq!(parsed.network, "tenant-blue");
 }
 
-/// The init container's script, with its container paths moved under `root`.
-fn install_script(root: &Path, weft: &Path) -> String {
+/// The init container's command, with its container paths moved under `root`.
+fn install_command(root: &Path, weft: &Path) -> Vec<String> {
     let docs = documents();
     let ds = named(&docs, "DaemonSet", "weft-node");
     let init = &ds["spec"]["template"]["spec"]["initContainers"][0];
-    assert_eq!(strings(&init["command"]), vec!["/bin/sh", "-c"]);
-    strings(&init["args"])
-        .join("\n")
-        .replace("/host/opt/cni/bin", &root.join("bin").display().to_string())
-        .replace("/host/etc/cni/net.d", &root.join("net.d").display().to_string())
-        .replace("/etc/weft/cni", &root.join("config").display().to_string())
-        .replace("/usr/local/bin/weft", &weft.display().to_string())
+    [strings(&init["command"]), strings(&init["args"])]
+        .concat()
+        .iter()
+        .map(|arg| {
+            arg.replace("/host/opt/cni/bin", &root.join("bin").display().to_string())
+                .replace("/host/etc/cni/net.d", &root.join("net.d").display().to_string())
+                .replace("/etc/weft/cni", &root.join("config").display().to_string())
+                .replace("/usr/local/bin/weft", &weft.display().to_string())
+        })
+        .collect()
 }
 
-fn run_install(script: &str) {
-    let out = std::process::Command::new("/bin/sh")
-        .args(["-c", script])
+fn run_install(command: &[String]) {
+    let out = std::process::Command::new(&command[0])
+        .args(&command[1..])
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "install script failed: {}",
+        "install command failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
 }
@@ -549,7 +560,7 @@ fn install_script_replaces_a_running_shim_without_text_file_busy() {
         .collect();
 
     let weft = Path::new(env!("CARGO_BIN_EXE_weft"));
-    run_install(&install_script(root.path(), weft));
+    run_install(&install_command(root.path(), weft));
     for mut old in running {
         let _ = old.kill();
         let _ = old.wait();
@@ -585,4 +596,44 @@ fn install_script_replaces_a_running_shim_without_text_file_busy() {
             "temporary files left in {dir}: {names:?}"
         );
     }
+}
+
+/// The image is named in one place: deploy/kustomization.yaml's `images:` rewrites the
+/// `weft:latest` every workload names, and its resources are the manifests that exist.
+#[test]
+fn the_kustomization_names_the_image_of_every_workload_in_one_place() {
+    let docs = documents();
+    let kustomization = named(&docs, "Kustomization", "weft");
+    let images = kustomization["images"].as_array().expect("images:");
+    assert_eq!(images.len(), 1, "{images:?}");
+    assert_eq!(images[0]["name"], "weft");
+    assert!(images[0]["newName"].as_str().is_some_and(|n| !n.is_empty()));
+    for resource in strings(&kustomization["resources"]) {
+        assert!(
+            deploy_dir().join(resource).is_file(),
+            "kustomization resource {resource}"
+        );
+    }
+    let mut workloads = 0;
+    for kind in ["DaemonSet", "Deployment"] {
+        for workload in of_kind(&docs, kind) {
+            let spec = &workload["spec"]["template"]["spec"];
+            for list in ["initContainers", "containers"] {
+                for container in spec[list].as_array().into_iter().flatten() {
+                    workloads += 1;
+                    assert_eq!(
+                        container["image"], "weft:latest",
+                        "{kind} {}: the image the kustomization rewrites",
+                        workload["metadata"]["name"]
+                    );
+                    assert_ne!(
+                        strings(&container["command"]).first(),
+                        Some(&"/bin/sh"),
+                        "the image has no shell: exec-form commands only"
+                    );
+                }
+            }
+        }
+    }
+    assert_eq!(workloads, 3, "install-cni, agent, controller");
 }

@@ -1,13 +1,27 @@
 //! weft-ipam on the Kubernetes backend, against a fake API server at the HTTP layer: API
 //! writes per allocation (target 1, 2 with a claim), 409 conflicts between concurrent
 //! allocators resolved without duplicates, claim status written through the status subresource.
+//! weft-ipam runs in the node DaemonSet: it talks as the `weft-node` ServiceAccount, with
+//! deploy/'s `weft-node` role enforced (a request outside it fails the test).
+
+mod common;
+mod kube_cluster;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use kube_cluster::{NODE_TOKEN, NODE_USER, deploy_role};
 use weft_ipam::{IpReservation, IpamClaim, IpamRequest};
 use weft_store::fake_api::FakeApiServer;
 use weft_store::{Api, MemoryStore, Object, Resource, Store};
+
+/// The fake API over `backing`, with the weft-node role enforced, and weft-ipam's store on it.
+fn node_api(backing: Arc<dyn Store>) -> (FakeApiServer, Arc<dyn Store>) {
+    let fake = FakeApiServer::new(backing, kinds());
+    fake.grant(NODE_TOKEN, NODE_USER, deploy_role("weft-node"));
+    let store: Arc<dyn Store> = Arc::new(fake.kube_store_as(NODE_TOKEN));
+    (fake, store)
+}
 
 fn kinds() -> Vec<weft_store::ResourceType> {
     vec![
@@ -44,8 +58,10 @@ fn config(range: &str, persistent: bool) -> serde_json::Value {
 
 #[tokio::test]
 async fn one_api_write_per_allocation_and_two_with_a_claim() {
-    let fake = FakeApiServer::new(MemoryStore::shared(), kinds());
-    let store: Arc<dyn Store> = Arc::new(fake.kube_store());
+    // The cluster's objects (the pod, the claim) are made by others: straight in the backing
+    // store.
+    let backing = MemoryStore::shared();
+    let (fake, store) = node_api(backing.clone());
     let conf = config("10.9.0.0/24", false);
     let mut writes = Vec::new();
     for i in 0..20 {
@@ -71,17 +87,18 @@ async fn one_api_write_per_allocation_and_two_with_a_claim() {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "virt-launcher-vm1-abcde", "namespace": "default", "annotations": {
             "k8s.v1.cni.cncf.io/networks": "[{\"name\":\"blue\",\"namespace\":\"default\",\"interface\":\"net1\",\"ipam-claim-reference\":\"vm1.blue\"}]"
-        }}
+        }},
+        "spec": {"containers": [{"name": "compute", "image": "virt-launcher"}]}
     }))
     .unwrap();
-    store.create(&kinds()[2], pod).await.unwrap();
+    backing.create(&kinds()[2], pod).await.unwrap();
     let mut claim = IpamClaim {
         metadata: weft_store::ObjectMeta::named(Some("default"), "vm1.blue"),
         ..Default::default()
     };
     claim.spec.network = "blue".into();
     claim.spec.interface = "net1".into();
-    Api::<IpamClaim>::namespaced(store.clone(), "default")
+    Api::<IpamClaim>::namespaced(backing.clone(), "default")
         .create(&claim)
         .await
         .unwrap();
@@ -134,12 +151,14 @@ async fn one_api_write_per_allocation_and_two_with_a_claim() {
         "reusing a claim costs at most its status write: {:?}",
         fake.requests()
     );
+    for (user, verb, group, resource) in fake.permissions_used() {
+        eprintln!("permission used: {user} {verb} {group}/{resource}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_allocators_conflict_and_never_duplicate() {
-    let fake = FakeApiServer::new(MemoryStore::shared(), kinds());
-    let store: Arc<dyn Store> = Arc::new(fake.kube_store());
+    let (fake, store) = node_api(MemoryStore::shared());
     let conf = config("10.10.0.0/28", false);
     let tasks: Vec<_> = (0..14)
         .map(|i| {

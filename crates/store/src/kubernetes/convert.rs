@@ -63,9 +63,14 @@ pub enum Call {
     Read,
     /// create: 409 means the name is taken.
     Create,
-    /// update, update_status, delete with a precondition: 409 means the compare-and-swap lost.
+    /// update, delete with a precondition: 409 means the compare-and-swap lost.
     Write,
+    /// update_status: as `Write`, and a 404 for the path means no status subresource.
+    StatusWrite,
 }
+
+/// The message of the API server's 404 for a path it serves nothing at.
+pub const NO_SUCH_PATH: &str = "the server could not find the requested resource";
 
 /// Map a kube-rs error to the store's. `key` names the object, `expected` is the
 /// resourceVersion the caller sent (for conflicts).
@@ -84,6 +89,15 @@ pub fn store_error(
     };
     let (kind, key) = (ty.kind.clone(), key.to_string());
     match status.code {
+        // The API server's answer for a path it does not serve, e.g. `.../status` of a CRD
+        // without the status subresource (KubeVirt's VMI): not "the object is not found".
+        404 if status.message == NO_SUCH_PATH => StoreError::Backend(format!(
+            "{kind} {key}: {NO_SUCH_PATH} (404){}",
+            match call {
+                Call::StatusWrite => ": the resource has no status subresource",
+                _ => "",
+            }
+        )),
         404 => StoreError::NotFound { kind, key },
         409 if call == Call::Create || status.reason == "AlreadyExists" => {
             StoreError::AlreadyExists { kind, key }
@@ -119,6 +133,21 @@ mod tests {
 
     fn pods() -> ResourceType {
         ResourceType::new("v1", "Pod", "pods", true)
+    }
+
+    #[test]
+    fn a_path_the_server_does_not_serve_is_not_a_missing_object() {
+        let mut status = Status::failure(NO_SUCH_PATH, "NotFound");
+        status.code = 404;
+        let e = store_error(
+            &pods(),
+            "ns/a",
+            Call::StatusWrite,
+            None,
+            kube::Error::Api(Box::new(status)),
+        );
+        assert!(!e.is_not_found(), "{e}");
+        assert!(e.to_string().contains("has no status subresource"), "{e}");
     }
 
     #[test]

@@ -28,8 +28,15 @@ use convert::{Call, api_resource, from_dynamic, list_params, store_error, to_dyn
 /// times with backoff up to 1000 s, which would hold a CNI call for minutes behind an API server
 /// answering 503. Ours gives up after about 1.5 s (5 retries, 50 ms doubling to 800 ms) and lets
 /// the caller's own retry (the runtime's, a controller's requeue) take over.
-fn bounded_client(mut config: Config) -> Result<Client, kube::Error> {
+fn bounded_client(
+    mut config: Config,
+    identity: &ClientIdentity,
+) -> Result<Client, Box<dyn std::error::Error + Send + Sync>> {
     config.default_retry = false;
+    // kube-rs sends no User-Agent of its own: the API server's audit log and metrics would
+    // show none.
+    let agent = http::HeaderValue::from_str(&identity.user_agent())?;
+    config.headers.push((http::header::USER_AGENT, agent));
     let policy = kube::client::retry::RetryPolicy::new(
         Duration::from_millis(50),
         Duration::from_millis(800),
@@ -44,20 +51,72 @@ fn bounded_client(mut config: Config) -> Result<Client, kube::Error> {
         .build())
 }
 
+/// Who a client is to the API server: its `User-Agent` (`<component>/<version>`) and the
+/// `fieldManager` of its writes (`<component>`; unversioned, so an upgrade does not split the
+/// ownership of the fields it manages across two managers).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientIdentity {
+    /// The component, e.g. `weft-node`.
+    pub component: String,
+    /// Its version, e.g. `0.1.0`.
+    pub version: String,
+}
+
+impl ClientIdentity {
+    /// `component` at `version`.
+    pub fn new(component: impl Into<String>, version: impl Into<String>) -> Self {
+        Self {
+            component: component.into(),
+            version: version.into(),
+        }
+    }
+
+    /// The `User-Agent` header: `<component>/<version>`.
+    pub fn user_agent(&self) -> String {
+        format!("{}/{}", self.component, self.version)
+    }
+
+    /// The `fieldManager` of every write: the component's name.
+    pub fn field_manager(&self) -> &str {
+        &self.component
+    }
+}
+
+impl Default for ClientIdentity {
+    /// `weft-store/<this crate's version>`, for clients that name no component.
+    fn default() -> Self {
+        Self::new("weft-store", env!("CARGO_PKG_VERSION"))
+    }
+}
+
 /// The [`Store`] backed by a Kubernetes API server.
 #[derive(Clone)]
 pub struct KubeStore {
     client: Client,
+    field_manager: String,
 }
 
 impl KubeStore {
-    /// Use an existing client (tests pass one built on a mock service).
+    /// Use an existing client (tests pass one built on a mock service); writes name the
+    /// default [`ClientIdentity`]'s field manager unless [`KubeStore::with_field_manager`].
     pub fn from_client(client: Client) -> Self {
-        Self { client }
+        Self {
+            client,
+            field_manager: ClientIdentity::default().field_manager().into(),
+        }
     }
 
-    /// Connect as the kubeconfig at `path` says (its current context).
-    pub async fn from_kubeconfig(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+    /// Name `manager` as the `fieldManager` of every write.
+    pub fn with_field_manager(mut self, manager: impl Into<String>) -> Self {
+        self.field_manager = manager.into();
+        self
+    }
+
+    /// Connect as the kubeconfig at `path` says (its current context), as `identity`.
+    pub async fn from_kubeconfig(
+        path: impl AsRef<Path>,
+        identity: &ClientIdentity,
+    ) -> Result<Self, StoreError> {
         let path = path.as_ref();
         let unavailable = |e: &dyn std::fmt::Display| {
             StoreError::Unavailable(format!("kubeconfig {}: {e}", path.display()))
@@ -66,25 +125,33 @@ impl KubeStore {
         let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
             .map_err(|e| unavailable(&e))?;
-        let client = bounded_client(config).map_err(|e| unavailable(&e))?;
-        Ok(Self::from_client(client))
+        let client = bounded_client(config, identity).map_err(|e| unavailable(&e))?;
+        Ok(Self::from_client(client).with_field_manager(identity.field_manager()))
     }
 
     /// Connect from the environment: the in-cluster service account when running in a pod,
-    /// else `$KUBECONFIG` or `~/.kube/config`.
-    pub async fn try_default() -> Result<Self, StoreError> {
+    /// else `$KUBECONFIG` or `~/.kube/config`; as `identity`.
+    pub async fn try_default(identity: &ClientIdentity) -> Result<Self, StoreError> {
         let unavailable = |e: &dyn std::fmt::Display| {
             StoreError::Unavailable(format!("Kubernetes client configuration: {e}"))
         };
         let config = Config::infer().await.map_err(|e| unavailable(&e))?;
-        bounded_client(config)
-            .map(Self::from_client)
+        bounded_client(config, identity)
+            .map(|client| Self::from_client(client).with_field_manager(identity.field_manager()))
             .map_err(|e| unavailable(&e))
     }
 
     /// The underlying client.
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// The parameters of a create or replace: our field manager.
+    fn post_params(&self) -> PostParams {
+        PostParams {
+            field_manager: Some(self.field_manager.clone()),
+            ..PostParams::default()
+        }
     }
 
     /// The API handle for `ty` in `namespace` (all namespaces or cluster scope for `None`).
@@ -120,11 +187,12 @@ impl KubeStore {
         let body = to_dynamic(&obj)?;
         let name = &obj.metadata.name;
         let result = if status {
-            api.replace_status(name, &PostParams::default(), &body).await
+            api.replace_status(name, &self.post_params(), &body).await
         } else {
-            api.replace(name, &PostParams::default(), &body).await
+            api.replace(name, &self.post_params(), &body).await
         };
-        let stored = result.map_err(|e| store_error(ty, &key, Call::Write, expected.as_deref(), e))?;
+        let call = if status { Call::StatusWrite } else { Call::Write };
+        let stored = result.map_err(|e| store_error(ty, &key, call, expected.as_deref(), e))?;
         from_dynamic(ty, stored)
     }
 }
@@ -177,7 +245,7 @@ impl Store for KubeStore {
         let key = obj.key();
         let created = self
             .api(ty, obj.metadata.namespace.as_deref())
-            .create(&PostParams::default(), &to_dynamic(&obj)?)
+            .create(&self.post_params(), &to_dynamic(&obj)?)
             .await
             .map_err(|e| store_error(ty, &key, Call::Create, None, e))?;
         from_dynamic(ty, created)

@@ -141,7 +141,7 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
     if let Some(addr) = args.metrics_addr {
         limits::check_metrics_addr(addr, args.metrics_allow_remote).map_err(anyhow::Error::msg)?;
     }
-    let mut store = crate::cluster::open_store(state).await?;
+    let mut store = crate::cluster::open_store(state, crate::cluster::Component::Node).await?;
     let ipam_store = store.clone();
     let store_identity = crate::cluster::store_identity(&crate::cluster::target(), state);
     if crate::cluster::is_kubernetes() {

@@ -127,6 +127,12 @@ pub enum Command {
         /// weft binary itself as weft-ipam, instead of the client that hands calls to the agent.
         #[arg(long)]
         without_agent: bool,
+        /// Also install this conflist (the runtime's, e.g. 00-weft.conflist) into --conf-dir.
+        #[arg(long, requires = "conf_dir")]
+        conflist: Option<PathBuf>,
+        /// The runtime's CNI config dir, e.g. /etc/cni/net.d (with --conflist).
+        #[arg(long, requires = "conflist")]
+        conf_dir: Option<PathBuf>,
     },
 }
 
@@ -205,8 +211,22 @@ pub fn run() -> i32 {
     }
 }
 
+/// The tracing filter for a `--log` spec: kube-rs's own per-request failure line (target
+/// `kube_client::client::builder`, at ERROR, once per attempt and per retry) is off unless the
+/// spec names a `kube_client` target itself. weft reports the same failures in its own words,
+/// throttled (`weft_store::throttle`): left on, an API server outage logged ~6 lines a second.
+pub fn log_filter(spec: &str) -> String {
+    if spec.contains("kube_client") {
+        spec.to_string()
+    } else if spec.trim().is_empty() {
+        "info,kube_client::client::builder=off".to_string()
+    } else {
+        format!("{spec},kube_client::client::builder=off")
+    }
+}
+
 fn init_logging(filter: &str, file: Option<&std::path::Path>) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+    let filter = tracing_subscriber::EnvFilter::try_new(log_filter(filter))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let opened = file.and_then(|path| {
         std::fs::OpenOptions::new()
@@ -269,6 +289,29 @@ async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             bin_dir,
             link,
             without_agent,
-        } => crate::install::run(&bin_dir, link, without_agent),
+            conflist,
+            conf_dir,
+        } => crate::install::run(
+            &bin_dir,
+            link,
+            without_agent,
+            conflist.as_deref().zip(conf_dir.as_deref()),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+
+    #[test]
+    fn kube_rs_request_failures_are_off_unless_asked_for() {
+        assert_eq!(log_filter("info"), "info,kube_client::client::builder=off");
+        assert_eq!(
+            log_filter("debug,weft=trace"),
+            "debug,weft=trace,kube_client::client::builder=off"
+        );
+        assert_eq!(log_filter(""), "info,kube_client::client::builder=off");
+        assert_eq!(log_filter("kube_client=debug"), "kube_client=debug");
     }
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::Value;
 use weft_netconf::NetworkAttachmentDefinition;
+use weft_store::throttle::{Decision, KeyedThrottle, LogThrottle};
 use weft_store::{Api, ListOptions, Object, ObjectMeta, OwnerReference, Resource, Store};
 use weft_vm::{VirtualMachine, VirtualMachineInstance};
 
@@ -25,12 +26,26 @@ const RESYNC: Duration = Duration::from_millis(400);
 
 /// `weft controller`.
 pub async fn run(state: &Path) -> anyhow::Result<i32> {
-    let store = crate::cluster::open_store(state).await?;
+    let store = crate::cluster::open_store(state, crate::cluster::Component::Controller).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut last_ipam_sweep = std::time::Instant::now();
+    // A reconcile every RESYNC fails every time while the API server is down: logged once per
+    // interval with the count of the failures in between.
+    let mut failures = LogThrottle::default();
+    // Per object, a failure every pass (a 403, a 422) is logged once per interval too.
+    let mut objects = KeyedThrottle::default();
     loop {
-        if let Err(e) = reconcile(&store).await {
-            tracing::warn!("reconcile: {e:#}");
+        match reconcile(&store, &mut objects).await {
+            Err(e) => {
+                if let Decision::Log { suppressed } = failures.decide(std::time::Instant::now()) {
+                    tracing::warn!(suppressed, "reconcile: {e:#}");
+                }
+            }
+            Ok(_) => {
+                if let Some(suppressed) = failures.recover() {
+                    tracing::info!(suppressed, "reconcile succeeds again");
+                }
+            }
         }
         if last_ipam_sweep.elapsed() > IPAM_SWEEP {
             last_ipam_sweep = std::time::Instant::now();
@@ -148,7 +163,25 @@ pub fn all_nics_leased(vmi: &VirtualMachineInstance, no_guests: bool) -> bool {
         })
 }
 
-async fn reconcile(store: &Arc<dyn Store>) -> anyhow::Result<()> {
+/// Log an object's reconcile failure, at most once per interval per object (with the count of
+/// the failures in between), and forget it once it reconciles again.
+fn report(objects: &mut KeyedThrottle, what: &str, key: &str, result: anyhow::Result<()>) {
+    let key = format!("{what} {key}");
+    match result {
+        Err(e) => {
+            if let Decision::Log { suppressed } = objects.decide(&key, std::time::Instant::now()) {
+                tracing::warn!(object = %key, suppressed, "{e:#}");
+            }
+        }
+        Ok(()) => {
+            if let Some(suppressed) = objects.recover(&key) {
+                tracing::info!(object = %key, suppressed, "reconciles again");
+            }
+        }
+    }
+}
+
+async fn reconcile(store: &Arc<dyn Store>, objects: &mut KeyedThrottle) -> anyhow::Result<()> {
     let vms = Api::<VirtualMachine>::all(store.clone())
         .list(&ListOptions::default())
         .await?;
@@ -159,14 +192,16 @@ async fn reconcile(store: &Arc<dyn Store>) -> anyhow::Result<()> {
         .list(&ListOptions::default().label(launcher_pod::LAUNCHER_LABEL.0, launcher_pod::LAUNCHER_LABEL.1))
         .await?;
     for vm in &vms {
-        if let Err(e) = reconcile_vm(store, vm, &vmis).await {
-            tracing::warn!(vm = %vm.metadata.name, "{e:#}");
-        }
+        let key = format!(
+            "{}/{}",
+            vm.metadata.namespace.as_deref().unwrap_or_default(),
+            vm.metadata.name
+        );
+        report(objects, "vm", &key, reconcile_vm(store, vm, &vmis).await);
     }
     for vmi in &vmis {
-        if let Err(e) = reconcile_vmi(store, vmi, &pods).await {
-            tracing::warn!(vmi = %vmi.metadata.name, "{e:#}");
-        }
+        let key = format!("{}/{}", vmi.namespace(), vmi.metadata.name);
+        report(objects, "vmi", &key, reconcile_vmi(store, vmi, &pods).await);
     }
     // VMIs whose owning VM is gone (Kubernetes' garbage collector would delete them).
     let live_vms: BTreeSet<&str> = vms.iter().filter_map(|v| v.metadata.uid.as_deref()).collect();

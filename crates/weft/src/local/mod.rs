@@ -177,7 +177,7 @@ async fn bring_up(topology: &Topology, objects: Vec<weft_store::Object>) -> anyh
         crate::install::IpamPlugin::Client,
     )
     .context("install weft's CNI plugins")?;
-    let store = cluster::open_store(state).await?;
+    let store = cluster::open_store(state, cluster::Component::Cli).await?;
     network::create(topology).await?;
     for node in &topology.nodes {
         std::fs::create_dir_all(node.conf_dir())?;
@@ -236,7 +236,7 @@ async fn wait_for_socket(socket: &Path, timeout: Duration) -> anyhow::Result<()>
 }
 
 async fn wait_for_guests(topology: &Topology, args: &UpArgs) -> anyhow::Result<i32> {
-    let store = cluster::open_store(&topology.state_dir).await?;
+    let store = cluster::open_store(&topology.state_dir, cluster::Component::Cli).await?;
     let vmis = Api::<weft_vm::VirtualMachineInstance>::all(store.clone());
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
     println!("waiting for the VMs to run and lease an address on every NIC...");

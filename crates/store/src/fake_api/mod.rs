@@ -12,8 +12,20 @@
 //! be injected: [`FakeApiServer::set_down`] (the API server is unreachable) and
 //! [`FakeApiServer::conflict_next_status_updates`] (a concurrent writer wins the next status
 //! updates of an object); [`FakeApiServer::pause_watches`] makes watch caches lag.
+//!
+//! It is as strict as a real kube-apiserver where weft's bugs came from ([`strict`]): RBAC per
+//! bearer token ([`FakeApiServer::grant`], rules from deploy/'s ClusterRoles), types without a
+//! status subresource ([`FakeApiServer::without_status_subresource`]), pods without containers,
+//! and `blockOwnerDeletion` under OwnerReferencesPermissionEnforcement; every request's
+//! User-Agent and fieldManager are recorded ([`FakeApiServer::records`]).
 
-use std::collections::HashMap;
+mod path;
+pub mod strict;
+
+pub use path::{Target, parse_path, percent_decode};
+use path::{query_pairs, selector_pairs};
+
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -38,8 +50,43 @@ type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
 pub struct FakeApiServer {
     store: Arc<dyn Store>,
     types: Arc<Vec<ResourceType>>,
-    log: Arc<Mutex<Vec<String>>>,
+    log: Arc<Mutex<Vec<RequestRecord>>>,
     faults: Arc<Faults>,
+    policy: Arc<Mutex<Policy>>,
+}
+
+/// What the server enforces beyond the store's semantics (see [`strict`]).
+#[derive(Default)]
+struct Policy {
+    /// `(apiVersion, plural)` of the types whose CRD has no status subresource.
+    no_status: HashSet<(String, String)>,
+    /// Bearer token → (user, rules). Empty: no RBAC (every client may do anything).
+    users: HashMap<String, (String, strict::Rules)>,
+    /// `(user, verb, group, resource)` of every request RBAC allowed.
+    used: std::collections::BTreeSet<(String, String, String, String)>,
+}
+
+/// The user of a request without a known token while RBAC is enforced.
+pub const ANONYMOUS: &str = "system:anonymous";
+
+/// One request as the server saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestRecord {
+    /// `GET`, `POST`, ...
+    pub method: String,
+    /// Path and query.
+    pub uri: String,
+    /// The `User-Agent` header, if any.
+    pub user_agent: Option<String>,
+    /// The `fieldManager` query parameter, if any.
+    pub field_manager: Option<String>,
+}
+
+impl RequestRecord {
+    /// Whether the request writes (POST, PUT, PATCH, DELETE).
+    pub fn is_write(&self) -> bool {
+        !matches!(self.method.as_str(), "GET" | "HEAD" | "OPTIONS")
+    }
 }
 
 /// Annotation the fake concurrent writer of [`FakeApiServer::conflict_next_status_updates`]
@@ -58,99 +105,6 @@ struct Faults {
     concurrent_writes: Mutex<usize>,
 }
 
-/// Which object or collection a request path names.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Target {
-    /// `group/version`, or `v1` for the core group.
-    pub api_version: String,
-    /// Namespace from the path, if any.
-    pub namespace: Option<String>,
-    /// Resource plural.
-    pub plural: String,
-    /// Object name, absent for a collection.
-    pub name: Option<String>,
-    /// Whether the path ends in `/status`.
-    pub status: bool,
-}
-
-/// Parse a Kubernetes REST path (`/api/v1/namespaces/ns/pods/a/status`, `/apis/g/v/nodes`).
-pub fn parse_path(path: &str) -> Option<Target> {
-    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let (api_version, rest) = match parts.as_slice() {
-        ["api", version, rest @ ..] => (version.to_string(), rest),
-        ["apis", group, version, rest @ ..] => (format!("{group}/{version}"), rest),
-        _ => return None,
-    };
-    let (namespace, rest) = match rest {
-        ["namespaces", ns, plural, rest @ ..] => (Some(ns.to_string()), [&[*plural][..], rest].concat()),
-        other => (None, other.to_vec()),
-    };
-    let (plural, name, status) = match rest.as_slice() {
-        [plural] => (plural, None, false),
-        [plural, name] => (plural, Some(name.to_string()), false),
-        [plural, name, "status"] => (plural, Some(name.to_string()), true),
-        _ => return None,
-    };
-    Some(Target {
-        api_version,
-        namespace,
-        plural: plural.to_string(),
-        name,
-        status,
-    })
-}
-
-/// Decode `%XX` escapes and `+` (query strings as kube-rs encodes them).
-pub fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(b) => {
-                        out.push(b);
-                        i += 3;
-                        continue;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The query parameters of a URI, decoded.
-fn query_pairs(query: &str) -> Vec<(String, String)> {
-    query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (percent_decode(k), percent_decode(v))
-        })
-        .collect()
-}
-
-/// `k=v,k2=v2` into pairs (equality selectors only).
-fn selector_pairs(selector: &str) -> Vec<(String, String)> {
-    selector
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            // `k=v` and `k==v` are the same selector.
-            let (k, v) = s.split_once('=').unwrap_or((s, ""));
-            (k.to_string(), v.strip_prefix('=').unwrap_or(v).to_string())
-        })
-        .collect()
-}
-
 impl FakeApiServer {
     /// A server for the given resource types over `store`.
     pub fn new(store: Arc<dyn Store>, types: impl IntoIterator<Item = ResourceType>) -> Self {
@@ -164,7 +118,148 @@ impl FakeApiServer {
                 status_conflicts: Mutex::default(),
                 concurrent_writes: Mutex::default(),
             }),
+            policy: Arc::default(),
         }
+    }
+
+    /// Serve `ty` as a CRD without the status subresource (KubeVirt's VirtualMachineInstance):
+    /// `PUT .../status` answers the API server's 404, and a `PUT` of the object writes its
+    /// status too.
+    pub fn without_status_subresource(&self, ty: &ResourceType) {
+        lock(&self.policy)
+            .no_status
+            .insert((ty.api_version.clone(), ty.plural.clone()));
+    }
+
+    /// Enforce RBAC: a client presenting bearer `token` is `user` and may do what `rules`
+    /// allow, nothing else; a client without a granted token is [`ANONYMOUS`] with no rules.
+    /// Also enforces OwnerReferencesPermissionEnforcement (`blockOwnerDeletion: true` needs
+    /// `update` on the owner's `finalizers`).
+    pub fn grant(&self, token: &str, user: &str, rules: strict::Rules) {
+        lock(&self.policy)
+            .users
+            .insert(token.into(), (user.into(), rules));
+    }
+
+    /// What each user was allowed to do so far, as `(user, verb, group, resource)`: with
+    /// [`FakeApiServer::grant`], the permissions a component really uses (a role granting
+    /// more is broader than it needs).
+    pub fn permissions_used(&self) -> Vec<(String, String, String, String)> {
+        lock(&self.policy).used.iter().cloned().collect()
+    }
+
+    fn has_status_subresource(&self, ty: &ResourceType) -> bool {
+        !lock(&self.policy)
+            .no_status
+            .contains(&(ty.api_version.clone(), ty.plural.clone()))
+    }
+
+    /// The user and rules of a request, `None` when RBAC is not enforced.
+    fn identity(&self, headers: &http::HeaderMap) -> Option<(String, strict::Rules)> {
+        let policy = lock(&self.policy);
+        if policy.users.is_empty() {
+            return None;
+        }
+        let token = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        Some(
+            token
+                .and_then(|t| policy.users.get(t).cloned())
+                .unwrap_or_else(|| (ANONYMOUS.into(), strict::Rules::default())),
+        )
+    }
+
+    /// What a real API server refuses before the store sees the request: RBAC, a missing
+    /// status subresource, a pod without containers, a `blockOwnerDeletion` the client may
+    /// not set. `None`: go on.
+    async fn refuse(
+        &self,
+        parts: &http::request::Parts,
+        target: &Target,
+        ty: &ResourceType,
+        body: &[u8],
+        watch: bool,
+    ) -> Option<Response<ResponseBody>> {
+        let identity = self.identity(&parts.headers);
+        let verb = strict::verb(&parts.method, target.name.is_some(), watch);
+        if let Some((user, rules)) = &identity {
+            let resource = match target.status {
+                true => format!("{}/status", ty.plural),
+                false => ty.plural.clone(),
+            };
+            if rules.allows(verb, ty.group(), &resource, target.name.as_deref()) {
+                lock(&self.policy).used.insert((
+                    user.clone(),
+                    verb.to_string(),
+                    ty.group().to_string(),
+                    resource.clone(),
+                ));
+            } else {
+                let denied = strict::Denied {
+                    user,
+                    verb,
+                    group: ty.group(),
+                    plural: &ty.plural,
+                    subresource: target.status.then_some("status"),
+                    name: target.name.as_deref(),
+                    namespace: target.namespace.as_deref(),
+                };
+                return Some(json_response(StatusCode::FORBIDDEN, &denied.status()));
+            }
+        }
+        if target.status && !self.has_status_subresource(ty) {
+            return Some(json_response(StatusCode::NOT_FOUND, &strict::no_such_path()));
+        }
+        if target.status || !matches!(verb, "create" | "update") {
+            return None;
+        }
+        // Malformed bodies are the handler's to report.
+        let obj: Object = serde_json::from_slice(body).ok()?;
+        let old = match verb {
+            "update" => {
+                let old = self
+                    .store
+                    .get(ty, target.namespace.as_deref(), &obj.metadata.name)
+                    .await;
+                // An update of a missing object is the store's NotFound, before any validation.
+                Some(old.ok().flatten()?)
+            }
+            _ => None,
+        };
+        if let Some(invalid) = strict::pod_without_containers(&obj) {
+            return Some(json_response(StatusCode::UNPROCESSABLE_ENTITY, &invalid));
+        }
+        let (_, rules) = identity?;
+        for owner in strict::blocking_owners(&obj, old.as_ref()) {
+            let owner_type = self
+                .types
+                .iter()
+                .find(|t| t.api_version == owner.api_version && t.kind == owner.kind);
+            let (group, plural) = match owner_type {
+                Some(t) => (t.group().to_string(), t.plural.clone()),
+                None => (
+                    owner
+                        .api_version
+                        .rsplit_once('/')
+                        .map(|(g, _)| g)
+                        .unwrap_or("")
+                        .to_string(),
+                    format!("{}s", owner.kind.to_lowercase()),
+                ),
+            };
+            if !rules.allows(
+                "update",
+                &group,
+                &format!("{plural}/finalizers"),
+                Some(&owner.name),
+            ) {
+                let body = strict::block_owner_deletion_forbidden(&ty.plural, ty.group(), &obj.metadata.name);
+                return Some(json_response(StatusCode::FORBIDDEN, &body));
+            }
+        }
+        None
     }
 
     /// Take the API server down (`true`) or bring it back (`false`). While down, clients see
@@ -232,6 +327,21 @@ impl FakeApiServer {
             expected: "the request's".into(),
             actual,
         }
+    }
+
+    /// `PUT` of an object whose type has no status subresource: the status is written too (the
+    /// store's update keeps the stored status, as the subresource would have it).
+    async fn update_with_status(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
+        let status = obj.data.get("status").cloned();
+        let mut updated = self.store.update(ty, obj).await?;
+        if updated.data.get("status") == status.as_ref() {
+            return Ok(updated);
+        }
+        match status {
+            Some(status) => updated.data.insert("status".into(), status),
+            None => updated.data.remove("status"),
+        };
+        self.store.update_status(ty, updated).await
     }
 
     /// Serve this server over HTTP on `listener` (bound by the caller, e.g. on 127.0.0.1 inside
@@ -310,6 +420,33 @@ impl FakeApiServer {
         Client::new(service, "default")
     }
 
+    /// A kube-rs client presenting bearer `token` (see [`FakeApiServer::grant`]).
+    pub fn client_as(&self, token: &str) -> Client {
+        let server = self.clone();
+        let bearer =
+            http::HeaderValue::from_str(&format!("Bearer {token}")).expect("a token fit for a header");
+        let service = tower::service_fn(move |mut request: Request<Body>| {
+            let server = server.clone();
+            request
+                .headers_mut()
+                .insert(http::header::AUTHORIZATION, bearer.clone());
+            async move {
+                if *server.faults.down.borrow() {
+                    return Err(tower::BoxError::from(
+                        "connection refused: the API server is down",
+                    ));
+                }
+                Ok(server.handle(request).await)
+            }
+        });
+        Client::new(service, "default")
+    }
+
+    /// A [`KubeStore`] on this server, presenting bearer `token`.
+    pub fn kube_store_as(&self, token: &str) -> KubeStore {
+        KubeStore::from_client(self.client_as(token))
+    }
+
     /// A [`KubeStore`] on this server.
     pub fn kube_store(&self) -> KubeStore {
         KubeStore::from_client(self.client())
@@ -317,7 +454,15 @@ impl FakeApiServer {
 
     /// Every request so far, as `METHOD path?query`.
     pub fn requests(&self) -> Vec<String> {
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.records()
+            .into_iter()
+            .map(|r| format!("{} {}", r.method, r.uri))
+            .collect()
+    }
+
+    /// Every request so far, with the client's User-Agent and fieldManager.
+    pub fn records(&self) -> Vec<RequestRecord> {
+        lock(&self.log).clone()
     }
 
     /// How many requests so far were writes (POST, PUT, PATCH, DELETE).
@@ -342,10 +487,17 @@ impl FakeApiServer {
         body: Result<Bytes, String>,
     ) -> Response<ResponseBody> {
         let uri = parts.uri.to_string();
-        self.log
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(format!("{} {uri}", parts.method));
+        let query = query_pairs(parts.uri.query().unwrap_or_default());
+        let param = |key: &str| query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+        lock(&self.log).push(RequestRecord {
+            method: parts.method.to_string(),
+            uri: uri.clone(),
+            user_agent: parts
+                .headers
+                .get(http::header::USER_AGENT)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
+            field_manager: param("fieldManager").map(String::from),
+        });
         let body = match body {
             Ok(bytes) => bytes,
             Err(e) => return failure(&StoreError::Invalid(format!("reading the request body: {e}"))),
@@ -367,13 +519,16 @@ impl FakeApiServer {
                 key: format!("{}/{}", target.api_version, target.plural),
             });
         };
-        let query = query_pairs(parts.uri.query().unwrap_or_default());
-        let param = |key: &str| query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
         let opts = ListOptions {
             labels: param("labelSelector").map(selector_pairs).unwrap_or_default(),
             fields: param("fieldSelector").map(selector_pairs).unwrap_or_default(),
         };
+        let watch = matches!(param("watch"), Some("true" | "1"));
+        if let Some(refused) = self.refuse(&parts, &target, &ty, &body, watch).await {
+            return refused;
+        }
         let ns = target.namespace.as_deref();
+        let with_status = !self.has_status_subresource(&ty);
         let result = match (parts.method, &target.name) {
             (Method::GET, Some(name)) => match self.store.get(&ty, ns, name).await {
                 Ok(Some(obj)) => Ok(json_response(StatusCode::OK, &obj)),
@@ -383,7 +538,7 @@ impl FakeApiServer {
                 }),
                 Err(e) => Err(e),
             },
-            (Method::GET, None) if matches!(param("watch"), Some("true" | "1")) => {
+            (Method::GET, None) if watch => {
                 let rv = param("resourceVersion").filter(|rv| !rv.is_empty());
                 let down = self.faults.down.subscribe();
                 let paused = self.faults.watches_paused.subscribe();
@@ -413,6 +568,8 @@ impl FakeApiServer {
             }
             (Method::PUT, Some(name)) => match object_from(&body, &target, Some(name)) {
                 Ok(obj) if target.status => self.store.update_status(&ty, obj).await,
+                // Without a status subresource, status is an ordinary field of the object.
+                Ok(obj) if with_status => self.update_with_status(&ty, obj).await,
                 Ok(obj) => self.store.update(&ty, obj).await,
                 Err(e) => Err(e),
             }
@@ -565,6 +722,13 @@ impl TcpServer {
         std::fs::write(path, self.kubeconfig())
     }
 
+    /// Write a kubeconfig presenting bearer `token` (see [`FakeApiServer::grant`]) to `path`.
+    pub fn write_kubeconfig_with_token(&self, path: &Path, token: &str) -> std::io::Result<()> {
+        let mut config: Value = serde_json::from_str(&self.kubeconfig()).unwrap_or_default();
+        config["users"][0]["user"] = json!({"token": token});
+        std::fs::write(path, config.to_string())
+    }
+
     /// Close the listener and every connection.
     pub fn stop(self) {}
 }
@@ -572,45 +736,5 @@ impl TcpServer {
 impl Drop for TcpServer {
     fn drop(&mut self) {
         self.task.abort();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn paths_name_their_target() {
-        let t = parse_path("/api/v1/namespaces/ns/pods/a/status").unwrap();
-        assert_eq!(
-            t,
-            Target {
-                api_version: "v1".into(),
-                namespace: Some("ns".into()),
-                plural: "pods".into(),
-                name: Some("a".into()),
-                status: true
-            }
-        );
-        let t = parse_path("/apis/k8s.cni.cncf.io/v1/namespaces/ns/network-attachment-definitions").unwrap();
-        assert_eq!((t.api_version.as_str(), t.name), ("k8s.cni.cncf.io/v1", None));
-        let t = parse_path("/api/v1/nodes/n1").unwrap();
-        assert_eq!((t.namespace, t.name.as_deref()), (None, Some("n1")));
-        assert_eq!(parse_path("/api/v1/pods").unwrap().plural, "pods");
-        assert!(parse_path("/healthz").is_none());
-        assert!(parse_path("/api/v1/namespaces/ns/pods/a/exec/x").is_none());
-    }
-
-    #[test]
-    fn query_values_are_decoded() {
-        assert_eq!(percent_decode("app%3Dweb%2Ctier%3Dfront"), "app=web,tier=front");
-        assert_eq!(percent_decode("a+b%2"), "a b%2");
-        assert_eq!(
-            selector_pairs("app=web,spec.nodeName==n1"),
-            [
-                ("app".into(), "web".into()),
-                ("spec.nodeName".into(), "n1".into())
-            ]
-        );
     }
 }

@@ -1,0 +1,305 @@
+//! What the tests of a `weft agent --kubeconfig` process share: the fake API server on its own
+//! runtime, served over TCP inside the node's namespace, and the agent process.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::common::*;
+use serde_json::{Value, json};
+use weft_store::fake_api::strict::Rules;
+use weft_store::fake_api::{FakeApiServer, TcpServer};
+use weft_store::{MemoryStore, Object, Resource, ResourceType, Store};
+
+/// The bearer token the agent presents: it is the `weft-node` ServiceAccount.
+pub const NODE_TOKEN: &str = "weft-node-token";
+/// The user the API server sees for the `weft-node` ServiceAccount.
+pub const NODE_USER: &str = "system:serviceaccount:weft-system:weft-node";
+
+/// The rules of deploy/'s ClusterRole `name` (deploy/rbac/*.yaml), as the API server would
+/// enforce them.
+pub fn deploy_role(name: &str) -> Rules {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/rbac");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let docs =
+            serde_saphyr::from_multiple::<Value>(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        found.extend(
+            docs.into_iter()
+                .filter(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == name),
+        );
+    }
+    assert_eq!(found.len(), 1, "exactly one ClusterRole {name} in deploy/rbac");
+    Rules::from_role(&found[0]).unwrap()
+}
+
+pub fn pods() -> ResourceType {
+    ResourceType::new("v1", "Pod", "pods", true)
+}
+
+pub fn nads() -> ResourceType {
+    weft_netconf::NetworkAttachmentDefinition::resource_type()
+}
+
+/// The fake API server (on its own runtime) and what the agent needs to reach it.
+pub struct FakeCluster {
+    pub api: FakeApiServer,
+    pub objects: Arc<dyn Store>,
+    pub tcp: Option<TcpServer>,
+    pub runtime: tokio::runtime::Runtime,
+}
+
+impl FakeCluster {
+    /// Serve the fake API (pods and NADs) on 127.0.0.1 inside `netns` (where the agent runs).
+    pub fn start(netns: &Netns) -> Self {
+        Self::serving(netns, vec![pods(), nads()])
+    }
+
+    /// Serve the fake API for `types` on 127.0.0.1 inside `netns`.
+    pub fn serving(netns: &Netns, types: Vec<ResourceType>) -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let objects = MemoryStore::shared();
+        let api = FakeApiServer::new(objects.clone(), types);
+        // The agent may do what deploy/'s weft-node role grants, nothing more: a request
+        // outside it is a 403 and fails the test.
+        api.grant(NODE_TOKEN, NODE_USER, deploy_role("weft-node"));
+        let listener = netns.enter(|| std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+        let tcp = {
+            let _entered = runtime.enter();
+            api.serve_listener(listener).unwrap()
+        };
+        Self {
+            api,
+            objects,
+            tcp: Some(tcp),
+            runtime,
+        }
+    }
+
+    pub fn create(&self, ty: &ResourceType, object: Value) -> Object {
+        let object: Object = serde_json::from_value(object).unwrap();
+        self.runtime.block_on(self.objects.create(ty, object)).unwrap()
+    }
+
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Object> {
+        self.runtime
+            .block_on(self.objects.get(&pods(), Some(namespace), name))
+            .unwrap()
+    }
+}
+
+impl Drop for FakeCluster {
+    fn drop(&mut self) {
+        // What the agent used of its role, for comparing the role with it (--no-capture).
+        for (user, verb, group, resource) in self.api.permissions_used() {
+            eprintln!("permission used: {user} {verb} {group}/{resource}");
+        }
+        // Stop serving inside the runtime before the runtime goes.
+        let _entered = self.runtime.enter();
+        self.tcp.take();
+    }
+}
+
+/// A `weft agent --kubeconfig` process in a node namespace, killed on drop.
+pub struct KubeAgent {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+    pub bin: PathBuf,
+    pub conf: Value,
+}
+
+impl KubeAgent {
+    pub fn start(node: &Netns, cluster: &FakeCluster) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path();
+        let bin = state.join("bin");
+        install_plugins(&bin);
+        let conf_dir = state.join("net.d");
+        std::fs::create_dir_all(&conf_dir).unwrap();
+        let cluster_network = json!({
+            "cniVersion": "1.0.0", "name": "cluster",
+            "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true,
+                         "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.251.0.0/24"}]],
+                                  "routes": [{"dst": "0.0.0.0/0"}], "dataDir": state.join("hl-cluster")}}]
+        });
+        std::fs::write(conf_dir.join("10-cluster.conflist"), cluster_network.to_string()).unwrap();
+        let conf = json!({
+            "cniVersion": "1.0.0", "name": "weft", "type": "weft-cni",
+            "clusterNetwork": conf_dir.join("10-cluster.conflist"),
+            "daemonSocketDir": state,
+        });
+        let kubeconfig = state.join("kubeconfig");
+        cluster
+            .tcp
+            .as_ref()
+            .unwrap()
+            .write_kubeconfig_with_token(&kubeconfig, NODE_TOKEN)
+            .unwrap();
+        let child = Self::spawn(node, state);
+        let agent = Self {
+            child,
+            dir,
+            bin,
+            conf,
+        };
+        agent.wait_for_socket();
+        // The agent serves before its caches are synced; the test starts from synced caches
+        // (their list and watch requests done).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !agent.log().contains("watch caches synced") {
+            assert!(Instant::now() < deadline, "caches did not sync:\n{}", agent.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        agent
+    }
+
+    /// `weft agent` on `state`'s kubeconfig, conf dir, cache dir and plugins, in `node`.
+    pub fn spawn(node: &Netns, state: &Path) -> Child {
+        node.command(&[weft_bin().to_str().unwrap()])
+            .arg("--kubeconfig")
+            .arg(state.join("kubeconfig"))
+            .arg("--state-dir")
+            .arg(state)
+            .args(["--log", "info", "agent", "--node", "n1"])
+            .arg("--socket")
+            .arg(state.join("weft.sock"))
+            .arg("--conf-dir")
+            .arg(state.join("net.d"))
+            .arg("--cache-dir")
+            .arg(state.join("cache"))
+            .arg("--cni-bin-dir")
+            .arg(state.join("bin"))
+            .arg("--cni-bin-dir")
+            .arg("/usr/lib/cni")
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(state.join("agent.log"))
+                    .unwrap(),
+            )
+            .spawn()
+            .unwrap()
+    }
+
+    pub fn wait_for_socket(&self) {
+        let socket = self.dir.path().join("weft.sock");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !socket.exists() {
+            assert!(Instant::now() < deadline, "agent did not start:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stop the agent and start it again on the same state (attachment records included).
+    pub fn restart(&mut self, node: &Netns) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(self.dir.path().join("weft.sock"));
+        self.child = Self::spawn(node, self.dir.path());
+        self.wait_for_socket();
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
+    }
+
+    pub fn shim(&self, command: &str, pod_ns: &Netns, namespace: &str, pod: &str) -> std::process::Output {
+        run_shim(&self.bin, &self.conf, command, pod_ns, namespace, pod)
+    }
+
+    /// Addresses host-local holds under `dir` (`<dir>/<network>/<address>`).
+    pub fn leases(&self, dir: &str) -> Vec<String> {
+        let names = |path: &std::path::Path| -> Vec<std::fs::DirEntry> {
+            std::fs::read_dir(path)
+                .map(|d| d.filter_map(Result::ok).collect())
+                .unwrap_or_default()
+        };
+        names(&self.dir.path().join(dir))
+            .iter()
+            .flat_map(|network| names(&network.path()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|name| name.parse::<std::net::IpAddr>().is_ok())
+            .collect()
+    }
+}
+
+impl Drop for KubeAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The agent's Prometheus metrics, from its Unix socket.
+pub fn agent_metrics(agent: &KubeAgent) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(agent.dir.path().join("weft.sock")).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: weft\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
+/// The veth host ends left in a namespace.
+pub fn veths(netns: &Netns) -> Vec<String> {
+    netns
+        .link_details()
+        .iter()
+        .filter(|l| l["linkinfo"]["info_kind"] == "veth")
+        .filter_map(|l| l["ifname"].as_str().map(String::from))
+        .collect()
+}
+
+/// Wait until the agent's caches watch pods and NADs (since the last `clear_requests`).
+pub fn wait_for_watches(cluster: &FakeCluster, agent: &KubeAgent) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let watching = |plural: &str| {
+        cluster
+            .api
+            .requests()
+            .iter()
+            .any(|r| r.starts_with("GET ") && r.contains(plural) && r.contains("watch=true"))
+    };
+    while !(watching("/pods") && watching("/network-attachment-definitions")) {
+        assert!(
+            Instant::now() < deadline,
+            "the caches do not watch: {:#?}\n{}",
+            cluster.api.requests(),
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Take the API server down and wait until the agent's watch caches fail to relist (the API
+/// server is down for the agent too).
+pub fn take_down(cluster: &FakeCluster, agent: &KubeAgent) {
+    let seen = agent.log().len();
+    cluster.api.set_down(true);
+    let relist_failed = |kind: &str| {
+        agent.log()[seen..]
+            .lines()
+            .any(|l| l.contains("cache list failed") && l.contains(kind))
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !(relist_failed("Pod") && relist_failed("NetworkAttachmentDefinition")) {
+        assert!(
+            Instant::now() < deadline,
+            "the agent did not notice the API server going down:\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
