@@ -16,7 +16,7 @@ use crate::cluster;
 /// found), 1 otherwise.
 pub async fn run(state: &Path, repair: bool) -> anyhow::Result<i32> {
     // Opening the embedded store runs SQLite's quick_check: a damaged store fails here.
-    let store = cluster::open_store(state).await?;
+    let store = cluster::open_running_store(state).await?;
     if cluster::is_kubernetes() {
         println!("store: the Kubernetes API server (no file to check)");
     } else {

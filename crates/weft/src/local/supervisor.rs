@@ -413,7 +413,7 @@ fn describe(status: std::process::ExitStatus) -> String {
 pub async fn run(state: &Path) -> anyhow::Result<i32> {
     let topology = Topology::load(state)?;
     let exe = std::env::current_exe().context("locate the weft binary")?;
-    let store = crate::cluster::open_store(state).await?;
+    let store = crate::cluster::open_store(state, crate::cluster::Component::Cli).await?;
     let supervisor = Supervisor {
         topology,
         exe,
