@@ -519,42 +519,51 @@ pub async fn report(agent: &Arc<Agent>, namespace: &str, state: &mut LauncherSta
 /// its guest.
 pub const DHCP_SERVED_REASON: &str = "DHCPLeaseServed";
 
-/// Record an Event for each interface whose DHCP server answered the guest for the first time.
+/// Record an Event on the VMI when an interface's DHCP server answered its guest for the first
+/// time. Events are one per (object, reason), so the message names every interface answered so
+/// far rather than only the newest.
 async fn announce_dhcp(
     agent: &Arc<Agent>,
     namespace: &str,
     state: &mut LauncherState,
     record: &crate::explain::DhcpRecord,
 ) {
-    for (name, counters) in &record.interfaces {
-        if counters.replied == 0 || state.dhcp_announced.contains(name) {
-            continue;
-        }
-        let object = crate::kinds::ObjectReference {
-            api_version: "kubevirt.io/v1".into(),
-            kind: "VirtualMachineInstance".into(),
-            namespace: namespace.into(),
-            name: state.vmi.clone(),
-        };
-        let message = format!(
-            "interface {name}: the DHCP server answered the guest ({} replies to {} requests)",
-            counters.replied, counters.received
-        );
-        match crate::events::emit(
-            &agent.store,
-            &object,
-            crate::events::NORMAL,
-            DHCP_SERVED_REASON,
-            &message,
-            "weft-launcher",
-        )
-        .await
-        {
-            Ok(_) => {
-                state.dhcp_announced.insert(name.clone());
-            }
-            Err(e) => tracing::warn!(vmi = %state.vmi, "event: {e}"),
-        }
+    let answered: Vec<(&String, &crate::explain::DhcpCounters)> =
+        record.interfaces.iter().filter(|(_, c)| c.replied > 0).collect();
+    if answered
+        .iter()
+        .all(|(name, _)| state.dhcp_announced.contains(*name))
+    {
+        return;
+    }
+    let object = crate::kinds::ObjectReference {
+        api_version: "kubevirt.io/v1".into(),
+        kind: "VirtualMachineInstance".into(),
+        namespace: namespace.into(),
+        name: state.vmi.clone(),
+    };
+    let message = format!(
+        "the DHCP server answered the guest on {}",
+        answered
+            .iter()
+            .map(|(name, c)| format!("{name} ({} replies to {} requests)", c.replied, c.received))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    match crate::events::emit(
+        &agent.store,
+        &object,
+        crate::events::NORMAL,
+        DHCP_SERVED_REASON,
+        &message,
+        "weft-launcher",
+    )
+    .await
+    {
+        Ok(_) => state
+            .dhcp_announced
+            .extend(answered.iter().map(|(name, _)| (*name).clone())),
+        Err(e) => tracing::warn!(vmi = %state.vmi, "event: {e}"),
     }
 }
 
