@@ -172,6 +172,23 @@ fn run(state: &Path) {
         "{plug}"
     );
     assert_eq!(plug["interfaces"][1]["stages"][0]["ok"], true, "{plug}");
+    // The kubelet role's Event is on the pod, with the CNI error text.
+    wait(
+        "vm-plug's pod to show its FailedCreatePodSandBox Event",
+        60,
+        || {
+            let (_, report, out) = explain(state, "vm-plug");
+            let pod = report["pod"].as_str().ok_or(out)?.to_string();
+            let described = weft(state, &["describe", "pod", &pod]);
+            let printed = String::from_utf8_lossy(&described.stdout).into_owned();
+            let events = printed.split("\nEvents:").nth(1).unwrap_or_default();
+            (events.contains("FailedCreatePodSandBox")
+                && events.contains("bridgex")
+                && events.contains("weft-kubelet"))
+            .then_some(())
+            .ok_or_else(|| text(&described))
+        },
+    );
 }
 
 const BAD_PLUGIN_NAD: &str = r#"apiVersion: k8s.cni.cncf.io/v1
