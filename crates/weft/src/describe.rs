@@ -427,6 +427,53 @@ mod tests {
     }
 
     #[test]
+    fn vm_nad_and_claim_key_fields() {
+        let vm: Object = serde_json::from_value(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": "vm1", "namespace": "default"},
+            "spec": {"running": true},
+            "status": {"printableStatus": "Running", "ready": true,
+                "conditions": [{"type": "Failure", "status": "False"}]}
+        }))
+        .unwrap();
+        let text = describe(&vm, &[], now());
+        for line in [
+            "Running:      true",
+            "Status:       Running",
+            "Ready:        true",
+            "  Failure  False",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");
+        }
+        let nad: Object = serde_json::from_value(json!({
+            "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": "data", "namespace": "default"},
+            "spec": {"config": "{\"cniVersion\":\"1.0.0\",\"type\":\"bridge\"}"}
+        }))
+        .unwrap();
+        let text = describe(&nad, &[], now());
+        assert!(
+            text.contains("Config:\n  {\n    \"cniVersion\": \"1.0.0\",\n    \"type\": \"bridge\"\n  }\n"),
+            "{text}"
+        );
+        let claim: Object = serde_json::from_value(json!({
+            "apiVersion": "k8s.cni.cncf.io/v1alpha1", "kind": "IPAMClaim",
+            "metadata": {"name": "vm1.data", "namespace": "default"},
+            "spec": {"network": "data", "interface": "pod3a6eb0790f3"},
+            "status": {"ips": ["192.168.100.10/24"], "ownerPod": {"name": "virt-launcher-vm1-x"}}
+        }))
+        .unwrap();
+        let text = describe(&claim, &[], now());
+        for line in [
+            "Network:      data",
+            "IPs:          192.168.100.10/24",
+            "Owner Pod:    virt-launcher-vm1-x",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");
+        }
+    }
+
+    #[test]
     fn ages_are_kubectls() {
         assert_eq!(age("2026-01-01T11:59:30Z", now()), "30s");
         assert_eq!(age("2026-01-01T11:00:00Z", now()), "60m");

@@ -266,6 +266,10 @@ pub fn explain(snapshot: &Snapshot) -> Report {
                         .is_some_and(|r| matches!(r.outcome, Outcome::Failed | Outcome::NotReached))
                 });
                 let finding = match blocked {
+                    // An unplugged interface (`state: absent`) is meant to have none of it.
+                    _ if interface.is_absent() => {
+                        Finding::unchecked("not checked: the interface is being unplugged (state: absent)")
+                    }
                     Some(dep) => Finding {
                         outcome: Outcome::NotReached,
                         reason: format!(

@@ -408,6 +408,21 @@ fn the_json_schema_is_stable() {
 }
 
 #[test]
+fn an_unplugged_interface_is_not_checked() {
+    let mut snapshot = healthy();
+    snapshot.pod = Some(pod("Running", false, &[]));
+    snapshot.vmi.spec.interfaces_mut()[1].state = "absent".into();
+    let report = explain(&snapshot);
+    assert!(
+        report.interfaces[1]
+            .stages
+            .iter()
+            .all(|s| s.outcome == Outcome::NotChecked)
+    );
+    assert!(!report.failed());
+}
+
+#[test]
 fn cni_errors_are_recognised() {
     assert_eq!(
         classify(
