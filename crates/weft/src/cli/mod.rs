@@ -1,5 +1,7 @@
 //! The `weft` command line.
 
+mod describe;
+mod explain;
 mod inspect;
 mod ipam_check;
 mod manifests;
@@ -57,6 +59,12 @@ pub enum Command {
     },
     /// List objects, or show one.
     Get(inspect::GetArgs),
+    /// Show one object in kubectl's describe layout, with its conditions and the Events about it.
+    Describe(describe::DescribeArgs),
+    /// Explain, stage by stage, why each interface of a VMI works or not (spec, pod
+    /// annotations, network-status, pod links, wiring, DHCP, guest, status), with what to
+    /// change; exits 1 when a stage fails.
+    Explain(explain::ExplainArgs),
     /// Delete an object.
     Delete {
         /// Kind (vm, vmi, pod, nad, ipamclaim, node).
@@ -262,6 +270,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Supervise => crate::local::supervisor::run(&state).await,
         Command::Apply { file } => manifests::apply(&state, &file).await,
         Command::Get(args) => inspect::get(&state, args).await,
+        Command::Describe(args) => describe::run(&state, args).await,
+        Command::Explain(args) => explain::run(&state, args).await,
         Command::Delete {
             kind,
             name,

@@ -485,6 +485,7 @@ async fn reconcile_vmi(
         });
         let now = weft_store::now_rfc3339();
         let waiting = missing.is_some();
+        let mut newly_missing = false;
         api.modify_status(&vmi.metadata.name, |v| {
             let status = v.status.get_or_insert_with(Default::default);
             let mut changed = weft_vm::admission::replace_condition(
@@ -493,6 +494,7 @@ async fn reconcile_vmi(
                 missing.clone(),
                 &now,
             );
+            newly_missing = changed && missing.is_some();
             if waiting && status.phase != "Pending" {
                 status.phase = "Pending".into();
                 changed = true;
@@ -500,6 +502,27 @@ async fn reconcile_vmi(
             changed
         })
         .await?;
+        if let Some(condition) = missing.as_ref().filter(|_| newly_missing) {
+            // As KubeVirt's VMI controller: a Warning `FailedCreate` Event on the VMI.
+            let object = crate::kinds::ObjectReference {
+                api_version: "kubevirt.io/v1".into(),
+                kind: "VirtualMachineInstance".into(),
+                namespace: ns.clone(),
+                name: vmi.metadata.name.clone(),
+            };
+            if let Err(e) = crate::events::emit(
+                store,
+                &object,
+                crate::events::WARNING,
+                &condition.reason,
+                &condition.message,
+                "weft-controller",
+            )
+            .await
+            {
+                tracing::warn!(vmi = %vmi.metadata.name, "event: {e}");
+            }
+        }
         if waiting {
             return Ok(());
         }

@@ -64,6 +64,7 @@ pub async fn run(agent: Arc<Agent>, mut stop: tokio::sync::watch::Receiver<bool>
                 }
                 Err(e) => {
                     tracing::error!(pod = %pod.metadata.name, "start failed: {e:#}");
+                    record_sandbox_failure(&agent, pod, &format!("{e:#}")).await;
                     set_pod_phase(&agent, pod, "Failed", &format!("{e:#}"), "").await;
                 }
             }
@@ -289,6 +290,30 @@ async fn stop_pod(agent: &Arc<Agent>, run: RunningPod) {
     }
     if let Err(e) = sandbox::remove(agent, run.sandbox).await {
         tracing::warn!(pod = %run.name, "sandbox removal: {e:#}");
+    }
+}
+
+/// Record why a pod's sandbox (its CNI ADD, or the launcher's wiring) failed as a Warning
+/// Event on the pod, kubelet's `FailedCreatePodSandBox`, with the whole error chain (the CNI
+/// error's msg and details included).
+async fn record_sandbox_failure(agent: &Arc<Agent>, pod: &Pod, message: &str) {
+    let object = crate::kinds::ObjectReference {
+        api_version: "v1".into(),
+        kind: "Pod".into(),
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        name: pod.metadata.name.clone(),
+    };
+    if let Err(e) = crate::events::emit(
+        &agent.store,
+        &object,
+        crate::events::WARNING,
+        crate::explain::stages::FAILED_SANDBOX_REASON,
+        message,
+        "weft-kubelet",
+    )
+    .await
+    {
+        tracing::warn!(pod = %pod.metadata.name, "event: {e}");
     }
 }
 

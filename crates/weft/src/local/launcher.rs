@@ -39,6 +39,8 @@ pub struct LauncherState {
     pub dir: PathBuf,
     /// The NICs the guest booted with (its QEMU spec).
     pub boot_nics: Vec<DomainNic>,
+    /// Interfaces whose first answered DHCP exchange was recorded as an Event.
+    pub dhcp_announced: std::collections::BTreeSet<String>,
 }
 
 /// What a launcher records in its pod directory (`launcher.json`) so that a restarted agent
@@ -116,6 +118,7 @@ pub async fn adopt(
         pod_ips: record.pod_ips,
         dir: dir.to_path_buf(),
         boot_nics: record.boot_nics,
+        dhcp_announced: Default::default(),
     };
     if let Err(e) = take_over(agent, pod, vmi, &mut state, record.guest) {
         // What was taken over (a guest handle, DHCP servers, the wiring) is undone, not leaked.
@@ -344,6 +347,7 @@ pub async fn start(
         pod_ips: Default::default(),
         dir: crate::local::kubelet::pod_dir(agent, vmi.namespace(), &pod.metadata.name),
         boot_nics: Vec::new(),
+        dhcp_announced: Default::default(),
     };
     let netns = weft_host::Netns::open(sandbox.netns_path())?;
     let indexes: Vec<usize> = (0..vmi.spec.interfaces().len())
@@ -473,6 +477,8 @@ pub async fn report(agent: &Arc<Agent>, namespace: &str, state: &mut LauncherSta
     let no_guest = state.guest.is_none();
     let ready = no_guest || guest_report.as_ref().is_some_and(|r| r.ready);
     let checks = guest_report.as_ref().map(checks_summary).filter(|c| c != "[]");
+    let record = dhcp_record(state, guest_report.as_ref());
+    let record_text = serde_json::to_string(&record).unwrap_or_default();
     let now = weft_store::now_rfc3339();
     Api::<VirtualMachineInstance>::namespaced(agent.store.clone(), namespace)
         .modify_status(&state.vmi, |vmi| {
@@ -483,6 +489,9 @@ pub async fn report(agent: &Arc<Agent>, namespace: &str, state: &mut LauncherSta
                     .annotations
                     .insert(GUEST_REPORT_ANNOTATION.into(), checks.clone());
             }
+            vmi.metadata
+                .annotations
+                .insert(crate::explain::DHCP_RECORD_ANNOTATION.into(), record_text.clone());
             let status = vmi.status.get_or_insert_with(Default::default);
             status.interfaces = next;
             let wanted = if ready { "True" } else { "False" };
@@ -502,7 +511,91 @@ pub async fn report(agent: &Arc<Agent>, namespace: &str, state: &mut LauncherSta
             (vmi.status.clone(), vmi.metadata.annotations.clone()) != before
         })
         .await?;
+    announce_dhcp(agent, namespace, state, &record).await;
     Ok(())
+}
+
+/// Reason of the Event recorded on a VMI the first time an interface's DHCP server answered
+/// its guest.
+pub const DHCP_SERVED_REASON: &str = "DHCPLeaseServed";
+
+/// Record an Event on the VMI when an interface's DHCP server answered its guest for the first
+/// time. Events are one per (object, reason), so the message names every interface answered so
+/// far rather than only the newest.
+async fn announce_dhcp(
+    agent: &Arc<Agent>,
+    namespace: &str,
+    state: &mut LauncherState,
+    record: &crate::explain::DhcpRecord,
+) {
+    let answered: Vec<(&String, &crate::explain::DhcpCounters)> =
+        record.interfaces.iter().filter(|(_, c)| c.replied > 0).collect();
+    if answered
+        .iter()
+        .all(|(name, _)| state.dhcp_announced.contains(*name))
+    {
+        return;
+    }
+    let object = crate::kinds::ObjectReference {
+        api_version: "kubevirt.io/v1".into(),
+        kind: "VirtualMachineInstance".into(),
+        namespace: namespace.into(),
+        name: state.vmi.clone(),
+    };
+    let message = format!(
+        "the DHCP server answered the guest on {}",
+        answered
+            .iter()
+            .map(|(name, c)| format!("{name} ({} replies to {} requests)", c.replied, c.received))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    match crate::events::emit(
+        &agent.store,
+        &object,
+        crate::events::NORMAL,
+        DHCP_SERVED_REASON,
+        &message,
+        "weft-launcher",
+    )
+    .await
+    {
+        Ok(_) => state
+            .dhcp_announced
+            .extend(answered.iter().map(|(name, _)| (*name).clone())),
+        Err(e) => tracing::warn!(vmi = %state.vmi, "event: {e}"),
+    }
+}
+
+/// What the launcher's DHCP servers saw, per domain NIC, for `weft explain`.
+pub fn dhcp_record(
+    state: &LauncherState,
+    guest: Option<&weft_guest::GuestReport>,
+) -> crate::explain::DhcpRecord {
+    use std::sync::atomic::Ordering::Relaxed;
+    crate::explain::DhcpRecord {
+        guest: state.guest.is_some(),
+        interfaces: state
+            .domain
+            .iter()
+            .map(|nic| {
+                let counters = match state.dhcp.get(&nic.name) {
+                    Some(server) => {
+                        let stats = server.stats();
+                        crate::explain::DhcpCounters {
+                            served: true,
+                            received: stats.received.load(Relaxed),
+                            replied: stats.replied.load(Relaxed),
+                            dropped: stats.dropped.load(Relaxed),
+                        }
+                    }
+                    None => crate::explain::DhcpCounters::default(),
+                };
+                (nic.name.clone(), counters)
+            })
+            .collect(),
+        lease_failures: guest.map(|g| g.lease_failures.clone()).unwrap_or_default(),
+    }
 }
 
 /// What the node knows of the domain: its NICs, the guest agent's interfaces, the pod IPs.
