@@ -25,16 +25,17 @@ fn unique() -> String {
     )
 }
 
-fn plugins_installed() -> bool {
-    if Path::new(PLUGIN_DIR).join("bridge").exists() {
-        return true;
-    }
-    eprintln!("skipping: reference CNI plugins not installed in {PLUGIN_DIR}");
-    false
+/// True when the reference plugins are installed; otherwise says why test `name` skips.
+fn plugins_installed(name: &str) -> bool {
+    Path::new(PLUGIN_DIR).join("bridge").exists()
+        || weft_testing::skip(
+            name,
+            &format!("reference CNI plugins not installed in {PLUGIN_DIR}"),
+        )
 }
 
 fn can_run_root_tests(name: &str) -> bool {
-    root_or_skip(name) && plugins_installed()
+    root_or_skip(name) && plugins_installed(name)
 }
 
 /// `ip -j addr show dev IFNAME` in `ns`, if that link exists.
@@ -72,6 +73,7 @@ fn attachment(pod: &Netns, container_id: &str, ifname: &str) -> RuntimeConf {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn bridge_host_local_tuning_chain_add_check_del() {
     if !can_run_root_tests("bridge_host_local_tuning_chain_add_check_del") {
         return;
@@ -163,6 +165,7 @@ fn bridge_host_local_tuning_chain_add_check_del() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn macvlan_static_single_conf() {
     if !can_run_root_tests("macvlan_static_single_conf") {
         return;
@@ -203,6 +206,7 @@ fn macvlan_static_single_conf() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn add_failure_reports_the_plugin_error() {
     if !can_run_root_tests("add_failure_reports_the_plugin_error") {
         return;
@@ -250,7 +254,7 @@ fn missing_plugin_is_a_clear_error() {
 
 #[test]
 fn real_plugins_report_versions_and_reject_1_1_0_without_negotiation() {
-    if !plugins_installed() {
+    if !plugins_installed("real_plugins_report_versions_and_reject_1_1_0_without_negotiation") {
         return;
     }
     let cni = CniRuntime::new([PLUGIN_DIR]);
@@ -281,6 +285,7 @@ fn real_plugins_report_versions_and_reject_1_1_0_without_negotiation() {
 const SID_PLUGIN_DIR: &str = "/var/cache/envtest/cni-sid/usr/lib/cni";
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn spec_1_1_plugins_get_status_and_gc() {
     if !can_run_root_tests("spec_1_1_plugins_get_status_and_gc") {
         return;
@@ -360,6 +365,7 @@ impl<E: PluginExec> PluginExec for Recording<E> {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn legacy_versions_are_read_from_real_plugins() {
     if !can_run_root_tests("legacy_versions_are_read_from_real_plugins") {
         return;

@@ -90,6 +90,7 @@ fn wait_dropped(server: &ServerHandle, at_least: u64) {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn dhcpv6_neighbours_get_no_lease_and_the_guest_does() {
     if !can_run_root_test("dhcpv6_neighbours_get_no_lease_and_the_guest_does") {
         return;

@@ -69,6 +69,7 @@ fn udhcpc(guest: &Netns, ifname: &str, dir: &Path, tries: &str) -> Option<BTreeM
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn udhcpc_gets_the_kubevirt_lease_and_other_macs_are_ignored() {
     if !can_run_root_test("udhcpc_gets_the_kubevirt_lease_and_other_macs_are_ignored") {
         return;

@@ -21,6 +21,7 @@ fn eth0_up(test: &TestNs) -> Netlink {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn addresses_add_list_delete_flush_v4_and_v6() {
     if !root_or_skip("addresses_add_list_delete_flush_v4_and_v6") {
         return;
@@ -88,6 +89,7 @@ fn addresses_add_list_delete_flush_v4_and_v6() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn routes_add_list_delete_with_gateway_dev_metric() {
     if !root_or_skip("routes_add_list_delete_with_gateway_dev_metric") {
         return;
@@ -190,6 +192,7 @@ fn routes_add_list_delete_with_gateway_dev_metric() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn ipv6_addresses_without_dad_are_not_tentative() {
     if !root_or_skip("ipv6_addresses_without_dad_are_not_tentative") {
         return;

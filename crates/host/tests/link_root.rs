@@ -7,6 +7,7 @@ use weft_host::{FLOOD_MAC, FdbEntry, MacAddr, MacvlanMode, OperState, Vxlan};
 use weft_testing::root_or_skip;
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn bridge_create_up_mtu_mac_delete() {
     if !root_or_skip("bridge_create_up_mtu_mac_delete") {
         return;
@@ -49,6 +50,7 @@ fn bridge_create_up_mtu_mac_delete() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn veth_pair_in_one_namespace_with_master_and_learning() {
     if !root_or_skip("veth_pair_in_one_namespace_with_master_and_learning") {
         return;
@@ -100,6 +102,7 @@ fn veth_pair_in_one_namespace_with_master_and_learning() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn veth_peer_created_in_and_moved_to_other_namespaces() {
     if !root_or_skip("veth_peer_created_in_and_moved_to_other_namespaces") {
         return;
@@ -138,6 +141,7 @@ fn veth_peer_created_in_and_moved_to_other_namespaces() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn rename_checks_names() {
     if !root_or_skip("rename_checks_names") {
         return;
@@ -156,6 +160,7 @@ fn rename_checks_names() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn vxlan_over_a_veth_underlay() {
     if !root_or_skip("vxlan_over_a_veth_underlay") {
         return;
@@ -185,6 +190,7 @@ fn vxlan_over_a_veth_underlay() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn macvlan_on_a_veth_parent() {
     if !root_or_skip("macvlan_on_a_veth_parent") {
         return;
@@ -209,6 +215,7 @@ fn macvlan_on_a_veth_parent() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn two_nodes_joined_by_vxlan_with_head_end_replication() {
     if !root_or_skip("two_nodes_joined_by_vxlan_with_head_end_replication") {
         return;
@@ -290,6 +297,7 @@ fn two_nodes_joined_by_vxlan_with_head_end_replication() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn links_of_a_group_are_deleted_together() {
     if !root_or_skip("links_of_a_group_are_deleted_together") {
         return;
@@ -312,6 +320,7 @@ fn links_of_a_group_are_deleted_together() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn kernel_explanations_are_part_of_the_error() {
     if !root_or_skip("kernel_explanations_are_part_of_the_error") {
         return;

@@ -9,6 +9,7 @@ use weft_host::{HostError, Netns};
 use weft_testing::root_or_skip;
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn create_list_open_delete_named_namespace() {
     if !root_or_skip("create_list_open_delete_named_namespace") {
         return;
@@ -48,6 +49,7 @@ fn create_list_open_delete_named_namespace() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn run_in_uses_a_fresh_thread_and_leaves_the_caller_alone() {
     if !root_or_skip("run_in_uses_a_fresh_thread_and_leaves_the_caller_alone") {
         return;
@@ -70,6 +72,7 @@ fn run_in_uses_a_fresh_thread_and_leaves_the_caller_alone() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn sockets_created_inside_stay_in_the_namespace() {
     if !root_or_skip("sockets_created_inside_stay_in_the_namespace") {
         return;
@@ -102,6 +105,7 @@ fn sockets_created_inside_stay_in_the_namespace() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn panics_inside_run_in_reach_the_caller() {
     if !root_or_skip("panics_inside_run_in_reach_the_caller") {
         return;
@@ -112,6 +116,7 @@ fn panics_inside_run_in_reach_the_caller() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn processes_are_spawned_inside_the_namespace() {
     if !root_or_skip("processes_are_spawned_inside_the_namespace") {
         return;
@@ -142,6 +147,7 @@ fn processes_are_spawned_inside_the_namespace() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn errors_name_the_namespace() {
     if !root_or_skip("errors_name_the_namespace") {
         return;
@@ -154,6 +160,7 @@ fn errors_name_the_namespace() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn parallel_creators_do_not_trip_over_each_other() {
     if !root_or_skip("parallel_creators_do_not_trip_over_each_other") {
         return;
@@ -181,6 +188,7 @@ fn parallel_creators_do_not_trip_over_each_other() {
 /// it a shared mount point, like `ip netns add`. Checked in a private mount
 /// namespace (this thread only) with an empty tmpfs over `/run`.
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn first_creation_makes_run_netns_a_shared_mount_point() {
     if !root_or_skip("first_creation_makes_run_netns_a_shared_mount_point") {
         return;

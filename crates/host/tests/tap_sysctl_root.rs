@@ -7,6 +7,7 @@ use weft_host::{TapOptions, create_tap, read_sysctl, write_sysctl};
 use weft_testing::root_or_skip;
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn persistent_tap_inside_a_namespace() {
     if !root_or_skip("persistent_tap_inside_a_namespace") {
         return;
@@ -65,6 +66,7 @@ fn persistent_tap_inside_a_namespace() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn sysctls_are_per_namespace() {
     if !root_or_skip("sysctls_are_per_namespace") {
         return;

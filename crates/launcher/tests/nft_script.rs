@@ -78,6 +78,7 @@ fn nft(ns: &Netns, args: &[&str], stdin: &str) -> String {
 
 /// The kernel takes every script; re-applying replaces the rules; removal leaves nothing.
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn kernel_accepts_the_scripts() {
     if !root_or_skip("kernel_accepts_the_scripts") {
         return;

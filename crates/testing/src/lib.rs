@@ -17,11 +17,26 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// The variable `scripts/test.sh` sets when it runs the suite as root: then a root test that
+/// cannot run fails instead of skipping, since a skip there hides a broken environment.
+pub const REQUIRE_ROOT_TESTS_ENV: &str = "WEFT_REQUIRE_ROOT_TESTS";
+
+/// Test `name` cannot run because of `why`: returns false after saying so, or panics when the
+/// run requires every root test ([`REQUIRE_ROOT_TESTS_ENV`]). Root tests are also marked
+/// `#[ignore = "needs root: ..."]`, so that a run as another user shows them as skipped;
+/// `scripts/test.sh` runs them (`--run-ignored all`) as root.
+pub fn skip(name: &str, why: &str) -> bool {
+    if std::env::var_os(REQUIRE_ROOT_TESTS_ENV).is_some_and(|v| v == "1") {
+        panic!("{name} cannot run: {why} ({REQUIRE_ROOT_TESTS_ENV}=1: every root test must run here)");
+    }
+    eprintln!("skipping {name}: {why}");
+    false
+}
+
 /// True when the test `name` runs as root and may create namespaces; otherwise says why it skips.
 pub fn root_or_skip(name: &str) -> bool {
     if !is_root() {
-        eprintln!("skipping {name}: needs root (CAP_NET_ADMIN)");
-        return false;
+        return skip(name, "needs root (CAP_NET_ADMIN)");
     }
     true
 }
@@ -33,8 +48,7 @@ pub fn can_run_root_test(name: &str) -> bool {
         return false;
     }
     if Command::new("busybox").arg("true").output().is_err() {
-        eprintln!("skipping {name}: busybox not installed");
-        return false;
+        return skip(name, "busybox not installed");
     }
     true
 }

@@ -204,6 +204,7 @@ fn wait_restarted(cluster: &Cluster, name: &str, old: (u32, u64)) -> (u32, u64) 
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn down_of_a_dir_with_no_cluster_is_refused_and_touches_nothing() {
     if !root_or_skip("down_of_a_dir_with_no_cluster_is_refused_and_touches_nothing") {
         return;
@@ -277,6 +278,7 @@ fn down_of_a_dir_with_no_cluster_is_refused_and_touches_nothing() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn two_clusters_coexist_and_down_of_one_leaves_the_other() {
     if !root_or_skip("two_clusters_coexist_and_down_of_one_leaves_the_other") {
         return;
@@ -374,6 +376,7 @@ fn web_pod(cluster: &Cluster) -> (String, String) {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn killed_agent_is_restarted_and_adopts_its_pods() {
     if !root_or_skip("killed_agent_is_restarted_and_adopts_its_pods") {
         return;
@@ -502,6 +505,7 @@ fn killed_agent_is_restarted_and_adopts_its_pods() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn killed_controller_is_restarted_and_a_stop_is_not_lost() {
     if !root_or_skip("killed_controller_is_restarted_and_a_stop_is_not_lost") {
         return;
@@ -545,6 +549,7 @@ fn killed_controller_is_restarted_and_a_stop_is_not_lost() {
 /// a QEMU that dies while the agent is down is not papered over: the VMI is marked Failed with
 /// the reason.
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn killed_agent_adopts_the_running_guest() {
     if !root_or_skip("killed_agent_adopts_the_running_guest") {
         return;
@@ -611,6 +616,7 @@ fn killed_agent_adopts_the_running_guest() {
 /// A guest whose QEMU dies while the agent runs is not left looking alive: the VMI is Failed with
 /// the reason and `Ready=False`, and the launcher's sandbox is removed.
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn a_guest_whose_qemu_dies_is_reported() {
     if !root_or_skip("a_guest_whose_qemu_dies_is_reported") {
         return;

@@ -7,12 +7,7 @@ use std::process::{Child, Command, Output, Stdio};
 
 /// True when running as root; otherwise prints why the test is skipped.
 pub fn root_or_skip(test: &str) -> bool {
-    if nix::unistd::Uid::effective().is_root() {
-        true
-    } else {
-        eprintln!("skipping {test}: needs root (network namespaces)");
-        false
-    }
+    weft_testing::root_or_skip(test)
 }
 
 /// The weft binary under test.

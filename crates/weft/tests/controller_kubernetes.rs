@@ -15,6 +15,7 @@ use weft_store::Resource;
 use weft_store::fake_api::strict::Rules;
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn controller_names_itself_and_logs_a_failing_vm_once_per_interval() {
     if !root_or_skip("controller_names_itself_and_logs_a_failing_vm_once_per_interval") {
         return;

@@ -41,6 +41,7 @@ fn pod_uid(state: &Path, name: &str) -> String {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn shim_agent_resource_device_reaches_the_delegate_and_device_info_the_status() {
     if !root_or_skip("shim_agent_resource_device_reaches_the_delegate_and_device_info_the_status") {
         return;

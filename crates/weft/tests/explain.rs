@@ -201,6 +201,7 @@ spec:
 "#;
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn exclusive_explain_and_describe_on_the_local_cluster() {
     if !root_or_skip("exclusive_explain_and_describe_on_the_local_cluster") {
         return;

@@ -239,6 +239,7 @@ fn run(state: &Path) {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn exclusive_hotplug_and_unplug_a_secondary_network_on_a_running_vm() {
     if !root_or_skip("exclusive_hotplug_and_unplug_a_secondary_network_on_a_running_vm") {
         return;

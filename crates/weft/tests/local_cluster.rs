@@ -9,6 +9,7 @@ mod common;
 use common::*;
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn exclusive_up_runs_the_example_vm_and_down_restores_the_host() {
     if !root_or_skip("exclusive_up_runs_the_example_vm_and_down_restores_the_host") {
         return;

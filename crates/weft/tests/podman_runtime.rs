@@ -21,8 +21,7 @@ fn prerequisites_or_skip(test: &str) -> bool {
     let ci = std::env::var_os("CI").is_some();
     if !nix::unistd::Uid::effective().is_root() {
         assert!(!ci, "{test}: CI is set but the test does not run as root");
-        eprintln!("skipping {test}: needs root (network namespaces, podman)");
-        return false;
+        return weft_testing::skip(test, "needs root (network namespaces, podman)");
     }
     for tool in ["podman", "runc", "nsenter", "busybox"] {
         let found = Command::new("sh")
@@ -32,8 +31,7 @@ fn prerequisites_or_skip(test: &str) -> bool {
             .is_ok_and(|s| s.success());
         if !found {
             assert!(!ci, "{test}: CI is set but `{tool}` is not installed");
-            eprintln!("skipping {test}: `{tool}` is not installed");
-            return false;
+            return weft_testing::skip(test, &format!("`{tool}` is not installed"));
         }
     }
     true
@@ -396,6 +394,7 @@ fn ip_of(cidr: &str) -> &str {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn podman_container_gets_cluster_and_two_nad_networks_and_loses_them_on_rm() {
     if !prerequisites_or_skip("podman_container_gets_cluster_and_two_nad_networks_and_loses_them_on_rm") {
         return;
@@ -482,6 +481,7 @@ fn podman_container_gets_cluster_and_two_nad_networks_and_loses_them_on_rm() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn podman_run_fails_and_leaks_nothing_when_a_later_network_fails() {
     if !prerequisites_or_skip("podman_run_fails_and_leaks_nothing_when_a_later_network_fails") {
         return;

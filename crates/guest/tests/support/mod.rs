@@ -19,13 +19,13 @@ pub fn boot_files_or_skip(name: &str, dir: &Path) -> Option<BootFiles> {
         .output()
         .is_err()
     {
-        eprintln!("skipping {name}: {} not installed", weft_guest::qemu::QEMU_BINARY);
+        weft_testing::skip(name, &format!("{} not installed", weft_guest::qemu::QEMU_BINARY));
         return None;
     }
     match prepare_boot_files(&kernel_dir(), DEFAULT_BUSYBOX.as_ref(), dir) {
         Ok(boot) => Some(boot),
         Err(PrepareError::Kernel(error)) => {
-            eprintln!("skipping {name}: {error}");
+            weft_testing::skip(name, &error.to_string());
             None
         }
         Err(error) => panic!("{error}"),
