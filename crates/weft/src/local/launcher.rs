@@ -273,17 +273,16 @@ fn wire_interface(
         .get(&interface.name)
         .cloned()
         .with_context(|| format!("no pod interface for network {}", interface.name))?;
-    let mut backend =
-        weft_launcher::exec::NetlinkBackend::open(&state.netns_path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut backend = weft_launcher::exec::NetlinkBackend::open(&state.netns_path)?;
     let pod_link = backend
         .discover(&pod_iface)
-        .map_err(|e| anyhow::anyhow!("discover {pod_iface}: {e}"))?
+        .with_context(|| format!("discover {pod_iface}"))?
         .with_context(|| format!("pod link ({pod_iface}) is missing"))?;
     let guest_mac = Some(interface.mac_address.as_str())
         .filter(|m| !m.is_empty())
         .map(str::parse)
         .transpose()
-        .map_err(|e| anyhow::anyhow!("interface {}: macAddress: {e:?}", interface.name))?;
+        .with_context(|| format!("interface {}: macAddress", interface.name))?;
     let request = WiringRequest {
         binding,
         pod_iface: pod_iface.clone(),
@@ -297,9 +296,8 @@ fn wire_interface(
             queues: 1,
         },
     };
-    let plan =
-        weft_launcher::plan_wiring(&request).map_err(|e| anyhow::anyhow!("plan {}: {e}", interface.name))?;
-    exec::apply(&mut backend, &plan).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let plan = weft_launcher::plan_wiring(&request).with_context(|| format!("plan {}", interface.name))?;
+    exec::apply(&mut backend, &plan)?;
     let nic = DomainNic {
         name: interface.name.clone(),
         mac: plan.guest_mac.to_string(),
@@ -410,7 +408,7 @@ pub async fn hotplug(
                     &weft_guest::GuestNic::virtio(&nic.tap, &nic.mac),
                     &format!("ua-{}", nic.name),
                 )
-                .map_err(|e| anyhow::anyhow!("attach {} to the guest: {e}", nic.name))?;
+                .with_context(|| format!("attach {} to the guest", nic.name))?;
         }
         state.domain.push(nic);
         changes += 1;
@@ -431,13 +429,12 @@ pub async fn hotplug(
         if let Some(guest) = state.guest.as_mut() {
             guest
                 .unplug_nic(&format!("ua-{}", nic.name))
-                .map_err(|e| anyhow::anyhow!("detach {name} from the guest: {e}"))?;
+                .with_context(|| format!("detach {name} from the guest"))?;
         }
         if let Some(plan_index) = state.plans.iter().position(|p| p.names.tap == nic.tap) {
             let plan = state.plans.remove(plan_index);
-            let mut backend = weft_launcher::exec::NetlinkBackend::open(&state.netns_path)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            exec::teardown(&mut backend, &plan).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let mut backend = weft_launcher::exec::NetlinkBackend::open(&state.netns_path)?;
+            exec::teardown(&mut backend, &plan)?;
         }
         if let Some(server) = state.dhcp.remove(&name) {
             let _ = server.stop();

@@ -48,17 +48,13 @@ fn run_conflist(agent: &Agent, command: &str, sandbox: &Sandbox) -> anyhow::Resu
     let conflist = agent.args.conf_dir.join("00-weft.conflist");
     let bytes = std::fs::read(&conflist).with_context(|| format!("read {}", conflist.display()))?;
     let list = weft_cni::NetworkConfigList::from_bytes(&bytes)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", conflist.display()))?;
+        .with_context(|| format!("parse {}", conflist.display()))?;
     let runtime = weft_cni::runtime::CniRuntime::new(agent.args.cni_bin_dirs.clone());
     let conf = runtime_conf(sandbox);
     match command {
-        "ADD" => Ok(Some(
-            runtime.add(&list, &conf).map_err(|e| anyhow::anyhow!("{e}"))?,
-        )),
+        "ADD" => Ok(Some(runtime.add(&list, &conf)?)),
         "DEL" => {
-            runtime
-                .del(&list, &conf, None)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            runtime.del(&list, &conf, None)?;
             Ok(None)
         }
         other => anyhow::bail!("unsupported CNI command {other}"),
