@@ -6,6 +6,8 @@ use std::str::FromStr;
 
 use ipnet::IpNet;
 
+use crate::mac::MacAddr;
+
 /// Why `CNI_ARGS` was rejected. Messages match libcni's (`ARGS: ...`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ArgsError {
@@ -227,39 +229,6 @@ impl FromStr for ArgIp {
         } else {
             text.parse().map(Self::Address).map_err(|_| ())
         }
-    }
-}
-
-/// A 48-bit MAC address.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct MacAddr(pub [u8; 6]);
-
-impl FromStr for MacAddr {
-    type Err = ();
-
-    /// Accepts `aa:bb:cc:dd:ee:ff` and `aa-bb-cc-dd-ee-ff`, any case.
-    fn from_str(text: &str) -> Result<Self, ()> {
-        let separator = if text.contains('-') { '-' } else { ':' };
-        let mut bytes = [0u8; 6];
-        let mut parts = text.split(separator);
-        for byte in &mut bytes {
-            let part = parts.next().ok_or(())?;
-            if part.len() != 2 {
-                return Err(());
-            }
-            *byte = u8::from_str_radix(part, 16).map_err(|_| ())?;
-        }
-        if parts.next().is_some() {
-            return Err(());
-        }
-        Ok(Self(bytes))
-    }
-}
-
-impl fmt::Display for MacAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let [a, b, c, d, e, g] = self.0;
-        write!(f, "{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x}")
     }
 }
 

@@ -40,18 +40,20 @@ mod args;
 mod config;
 mod convert;
 mod error;
+pub mod mac;
 pub mod plugin;
 mod request;
 mod result;
 pub mod runtime;
 mod version;
 
-pub use args::{ArgIp, ArgsError, CniArgs, MacAddr};
+pub use args::{ArgIp, ArgsError, CniArgs};
 pub use config::{AnyNetworkConfig, ConfigError, JsonObject, NetworkConfig, NetworkConfigList};
 pub use convert::{
     ResultError, parse_result, project_to_version, result_from_value, result_to_bytes, result_to_value,
 };
 pub use error::{CniError, codes};
+pub use mac::{MacAddr, MacParseError};
 pub use plugin::GcAttachment;
 pub use request::{CniCommand, RequestEnv, split_path, validate_container_id, validate_ifname, vars};
 pub use result::{CniResult, Dns, Interface, IpConfig, Route};

@@ -219,14 +219,6 @@ pub fn pci_address(text: &str) -> Option<Address> {
     })
 }
 
-fn valid_mac(text: &str) -> bool {
-    let parts: Vec<&str> = text.split(':').collect();
-    parts.len() == 6
-        && parts
-            .iter()
-            .all(|p| p.len() == 2 && p.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
 /// Whether the interface becomes a TAP-attached `<interface type='ethernet'>`.
 pub fn is_tap_attachment(binding: &InterfaceBinding) -> bool {
     match binding {
@@ -256,7 +248,7 @@ pub fn convert_interface(
         None => None,
     };
     let mac = match &iface.mac_address {
-        Some(text) if !valid_mac(text) => {
+        Some(text) if !weft_cni::mac::is_colon_mac(text) => {
             return Err(ConvertError::InvalidMac {
                 interface: iface.name.clone(),
                 field: "macAddress",
@@ -379,7 +371,7 @@ pub fn enrich(
         return Ok(());
     }
     if interface.mac.is_none() {
-        if !valid_mac(&pod.mac) {
+        if !weft_cni::mac::is_colon_mac(&pod.mac) {
             return Err(ConvertError::InvalidMac {
                 interface: iface.name.clone(),
                 field: "pod interface mac",

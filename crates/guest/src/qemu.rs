@@ -244,7 +244,7 @@ impl GuestSpec {
                     format!("{:?} is not a valid interface name", nic.tap),
                 ));
             }
-            if !is_mac(&nic.mac) {
+            if !weft_cni::mac::is_colon_mac(&nic.mac) {
                 return Err(invalid(
                     &field("mac"),
                     format!("{:?} is not aa:bb:cc:dd:ee:ff", nic.mac),
@@ -332,14 +332,6 @@ impl GuestSpec {
 /// The id of the PCIe root port that hot-plug slot `slot` uses.
 pub fn hotplug_port(slot: u8) -> String {
     format!("weft-hp{slot}")
-}
-
-fn is_mac(mac: &str) -> bool {
-    let parts: Vec<&str> = mac.split(':').collect();
-    parts.len() == 6
-        && parts
-            .iter()
-            .all(|p| p.len() == 2 && p.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 /// A QEMU process; dropping it kills and reaps QEMU.

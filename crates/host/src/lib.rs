@@ -35,14 +35,14 @@
 //! Errors are one [`HostError`] naming the operation, the object and the errno.
 
 pub mod error;
-pub mod mac;
+/// Ethernet (MAC) addresses: the tree's one type is `weft_cni::mac`.
+pub use weft_cni::mac;
 pub mod netlink;
 pub mod netns;
 pub mod sysctl;
 pub mod tap;
 
 pub use error::{HostError, Result};
-pub use mac::MacAddr;
 pub use netlink::Netlink;
 pub use netlink::address::{self, Address, IpFamily};
 pub use netlink::fdb::{self, FLOOD_MAC, FdbEntry};
@@ -51,6 +51,7 @@ pub use netlink::route::{self, MAIN_TABLE, Route};
 pub use netns::{Netns, NsId, forbidden_netns, run_in};
 pub use sysctl::{read_sysctl, write_sysctl};
 pub use tap::{TapOptions, create_tap};
+pub use weft_cni::MacAddr;
 
 #[cfg(test)]
 mod tests {

@@ -13,6 +13,7 @@
 //! cheaper than starting the full binary (figures in docs/benchmarks.md). It is also why the
 //! crate has no dependencies: its build is a plain `rustc` call from crates/weft/build.rs.
 
+pub mod http;
 pub mod wire;
 
 use std::ffi::OsString;
@@ -67,18 +68,14 @@ pub fn run() -> ExitCode {
 
 /// One request on a fresh connection; every failure to get an answer is a fallback.
 fn ask_agent(socket: &Path, body: &[u8]) -> Answer {
-    let mut stream = match std::os::unix::net::UnixStream::connect(socket) {
-        Ok(stream) => stream,
-        Err(e) => return Answer::Fallback(format!("no agent on {}: {e}", socket.display())),
-    };
-    let _ = stream.set_read_timeout(Some(ANSWER_TIMEOUT));
-    let mut response = Vec::with_capacity(4096);
-    let exchanged = stream
-        .write_all(&wire::http_request(body))
-        .and_then(|()| stream.read_to_end(&mut response));
-    match exchanged {
-        Ok(_) => wire::read_answer(&response),
-        Err(e) => Answer::Fallback(format!("the agent on {} did not answer: {e}", socket.display())),
+    match http::exchange(socket, &wire::http_request(body), ANSWER_TIMEOUT) {
+        Ok(response) => wire::read_answer(&response),
+        Err(http::ExchangeError::Connect(e)) => {
+            Answer::Fallback(format!("no agent on {}: {e}", socket.display()))
+        }
+        Err(http::ExchangeError::Io(e)) => {
+            Answer::Fallback(format!("the agent on {} did not answer: {e}", socket.display()))
+        }
     }
 }
 

@@ -98,13 +98,7 @@ pub fn decode_call(body: &[u8]) -> Result<Call<'_>, WireError> {
 
 /// The HTTP/1.1 request carrying `body` to the agent (one request per connection).
 pub fn http_request(body: &[u8]) -> Vec<u8> {
-    let head = format!(
-        "POST {PATH} HTTP/1.1\r\nHost: weft\r\nContent-Type: {CONTENT_TYPE}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let mut request = head.into_bytes();
-    request.extend_from_slice(body);
-    request
+    crate::http::post_request(PATH, CONTENT_TYPE, body)
 }
 
 /// What the process does with the agent's response.
@@ -127,43 +121,21 @@ pub enum Answer {
 /// `200` is a success to print, `400` with a JSON body a CNI error to print, anything else
 /// (declined, an older agent, a truncated or unreadable response) a fallback.
 pub fn read_answer(response: &[u8]) -> Answer {
-    let Some(header_end) = response.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return Answer::Fallback("incomplete HTTP response from the agent".into());
+    let response = match crate::http::parse_response(response) {
+        Ok(response) => response,
+        Err(e) => return Answer::Fallback(format!("{e} from the agent")),
     };
-    let Ok(head) = std::str::from_utf8(&response[..header_end]) else {
-        return Answer::Fallback("unreadable HTTP response from the agent".into());
-    };
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|line| {
-            line.strip_prefix("HTTP/1.1 ")
-                .or_else(|| line.strip_prefix("HTTP/1.0 "))
-        })
-        .and_then(|rest| rest.get(..3))
-        .and_then(|code| code.parse::<u16>().ok());
-    let Some(status) = status else {
-        return Answer::Fallback("no HTTP status line from the agent".into());
-    };
-    let mut body = &response[header_end + 4..];
-    for (name, value) in lines.filter_map(|line| line.split_once(':')) {
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            match value.parse::<usize>() {
-                Ok(length) if length <= body.len() => body = &body[..length],
-                _ => return Answer::Fallback("truncated HTTP response from the agent".into()),
-            }
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            return Answer::Fallback(format!("unexpected transfer-encoding {value} from the agent"));
-        }
+    if let Some(encoding) = &response.transfer_encoding {
+        return Answer::Fallback(format!("unexpected transfer-encoding {encoding} from the agent"));
     }
+    let (status, body) = (response.status, response.body);
     match status {
         200 => Answer::Print {
-            stdout: body.to_vec(),
+            stdout: body,
             exit_code: 0,
         },
         400 if body.first() == Some(&b'{') => Answer::Print {
-            stdout: body.to_vec(),
+            stdout: body,
             exit_code: 1,
         },
         STATUS_NOT_SERVED => Answer::Fallback("the agent does not serve this config's store".into()),

@@ -417,7 +417,7 @@ pub async fn release(
 
 /// Whether the IPAMClaim `namespace/name` exists.
 async fn claim_exists(store: &Arc<dyn Store>, claim_ref: &str) -> Result<bool, IpamError> {
-    let (namespace, name) = claim_ref.split_once('/').unwrap_or(("", claim_ref));
+    let (namespace, name) = weft_netconf::split_namespaced(claim_ref, "");
     let api: Api<IpamClaim> = Api::namespaced(store.clone(), namespace);
     Ok(api.get(name).await?.is_some())
 }

@@ -7,7 +7,7 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 
 use crate::addressing::MasqueradePair;
-use crate::mac::{MASQUERADE_BRIDGE_MAC, MacAddress};
+use crate::mac::{MASQUERADE_BRIDGE_MAC, MacAddr};
 use crate::pod_link::PodRoute;
 
 /// The lease of one guest NIC: DHCPv4 and/or DHCPv6.
@@ -18,7 +18,7 @@ pub struct GuestLease {
     pub server_interface: String,
     /// Serve only this client MAC, the guest NIC's (both bindings: KubeVirt's masquerade server
     /// answers any MAC, weft's does not); `None` would serve any client.
-    pub client_mac: Option<MacAddress>,
+    pub client_mac: Option<MacAddr>,
     /// Option 26, the interface MTU.
     pub mtu: u16,
     /// The DHCPv4 lease, if the guest gets IPv4.
@@ -58,7 +58,7 @@ pub struct LeaseV6 {
     /// The IA_NA address offered.
     pub address: Ipv6Net,
     /// The server DUID-LL hardware address (the bridge MAC).
-    pub server_mac: MacAddress,
+    pub server_mac: MacAddr,
 }
 
 /// The bridge binding lease: the pod interface's IPv4 moves to the guest. `None` when the pod
@@ -71,7 +71,7 @@ pub struct LeaseV6 {
 pub fn bridge_lease(
     bridge: &str,
     server_ip: Ipv4Addr,
-    guest_mac: MacAddress,
+    guest_mac: MacAddr,
     pod_ipv4: Option<IpNet>,
     pod_routes: &[PodRoute],
     mtu: u16,
@@ -118,7 +118,7 @@ pub fn bridge_lease(
 /// frame on the bridge could take the guest's address). `None` when neither family is enabled.
 pub fn masquerade_lease(
     bridge: &str,
-    guest_mac: MacAddress,
+    guest_mac: MacAddr,
     ipv4: Option<MasqueradePair<Ipv4Net>>,
     ipv6: Option<MasqueradePair<Ipv6Net>>,
     mtu: u16,

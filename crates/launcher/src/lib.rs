@@ -51,7 +51,7 @@ pub mod pod_link;
 
 pub use addressing::VmNetworkCidrs;
 pub use lease::GuestLease;
-pub use mac::MacAddress;
+pub use mac::MacAddr;
 pub use names::LinkNames;
 pub use nft::{NatOptions, NatRuleSet};
 pub use plan::{Binding, Op, TapOwner, TapSettings, WiringPlan, WiringRequest, plan_wiring};

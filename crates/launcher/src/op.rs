@@ -3,7 +3,7 @@
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-use crate::mac::MacAddress;
+use crate::mac::MacAddr;
 use crate::nft::{NatRuleSet, NftFamily};
 use crate::pod_link::PodRoute;
 
@@ -26,7 +26,7 @@ pub enum Op {
         /// Bridge name.
         name: String,
         /// Fixed MAC, else the kernel's.
-        mac: Option<MacAddress>,
+        mac: Option<MacAddr>,
         /// MTU, else the kernel's.
         mtu: Option<u32>,
     },
@@ -69,7 +69,7 @@ pub enum Op {
         /// Link name.
         link: String,
         /// The MAC.
-        mac: MacAddress,
+        mac: MacAddr,
     },
     /// Set a link's MAC to the current MAC of another link.
     CopyMac {

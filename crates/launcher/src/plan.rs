@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::addressing::{AddressingError, MasqueradePair, VmNetworkCidrs};
 use crate::lease::{GuestLease, bridge_lease, masquerade_lease};
-use crate::mac::{MASQUERADE_BRIDGE_MAC, MacAddress};
+use crate::mac::{MASQUERADE_BRIDGE_MAC, MacAddr};
 use crate::names::{LinkNames, fake_bridge_ip, is_valid_link_name};
 use crate::nft::{NatAddresses, NatInput, NatOptions, masquerade_rules};
 pub use crate::op::{Op, TapOwner};
@@ -66,7 +66,7 @@ pub struct WiringRequest {
     /// The pod interface as discovered in the netns.
     pub pod_link: PodLink,
     /// The guest MAC when the VMI fixes one (spec `macAddress`, else status `mac`).
-    pub guest_mac: Option<MacAddress>,
+    pub guest_mac: Option<MacAddr>,
     /// The masquerade VM networks.
     pub vm_cidrs: VmNetworkCidrs,
     /// TAP owner and queues.
@@ -98,7 +98,7 @@ pub struct WiringPlan {
     /// What the DHCP servers serve on the bridge; `None` when no server runs.
     pub lease: Option<GuestLease>,
     /// The guest NIC's MAC for the domain XML (fixed MAC, else the pod interface's MAC).
-    pub guest_mac: MacAddress,
+    pub guest_mac: MacAddr,
     /// MTU of the guest NIC (the pod interface's).
     pub mtu: u32,
     /// The pod IPs to report (KubeVirt's pod interface cache; IPv4 only for the bridge binding).
@@ -450,7 +450,7 @@ mod tests {
         PodLink {
             name: "pod16477688c0e".to_string(),
             index: 7,
-            mac: MacAddress([0x0a, 0x58, 0, 0, 0, 1]),
+            mac: MacAddr([0x0a, 0x58, 0, 0, 0, 1]),
             mtu: 1400,
             addresses: addresses.iter().map(|a| a.parse().unwrap()).collect(),
             routes: routes
@@ -514,13 +514,10 @@ mod tests {
     #[test]
     fn guest_mac_wins_over_the_pod_mac() {
         let mut request = bridge_request(link(&["10.1.0.5/24"], &[("0.0.0.0/0", Some("10.1.0.1"))]), 0);
-        request.guest_mac = Some(MacAddress([2, 0, 0, 0, 0, 9]));
+        request.guest_mac = Some(MacAddr([2, 0, 0, 0, 0, 9]));
         let plan = plan_wiring(&request).unwrap();
-        assert_eq!(plan.guest_mac, MacAddress([2, 0, 0, 0, 0, 9]));
-        assert_eq!(
-            plan.lease.unwrap().client_mac,
-            Some(MacAddress([2, 0, 0, 0, 0, 9]))
-        );
+        assert_eq!(plan.guest_mac, MacAddr([2, 0, 0, 0, 0, 9]));
+        assert_eq!(plan.lease.unwrap().client_mac, Some(MacAddr([2, 0, 0, 0, 0, 9])));
     }
 
     #[test]
@@ -590,7 +587,7 @@ mod tests {
             .prop_map(|(addresses, routes, mtu)| PodLink {
                 name: "eth0".to_string(),
                 index: 2,
-                mac: MacAddress([0x0a, 0x58, 0, 0, 0, 1]),
+                mac: MacAddr([0x0a, 0x58, 0, 0, 0, 1]),
                 mtu,
                 addresses: addresses
                     .into_iter()

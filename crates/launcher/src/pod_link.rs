@@ -7,7 +7,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use crate::addressing::is_global_unicast;
-use crate::mac::MacAddress;
+use crate::mac::MacAddr;
 
 /// A pod interface as the CNI plugins left it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -18,7 +18,7 @@ pub struct PodLink {
     /// Kernel interface index in the pod netns.
     pub index: u32,
     /// Hardware address.
-    pub mac: MacAddress,
+    pub mac: MacAddr,
     /// MTU.
     pub mtu: u32,
     /// Addresses with prefix length, IPv4 and IPv6, link-local ones excluded.

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use weft_launcher::exec::{BackendError, NetnsBackend, apply, op_label, teardown};
 use weft_launcher::plan::Op;
 use weft_launcher::{
-    Binding, MacAddress, NatOptions, PodLink, PodRoute, TapOwner, TapSettings, VmNetworkCidrs, WiringPlan,
+    Binding, MacAddr, NatOptions, PodLink, PodRoute, TapOwner, TapSettings, VmNetworkCidrs, WiringPlan,
     WiringRequest, plan_wiring,
 };
 
@@ -55,7 +55,7 @@ fn plan(binding: Binding) -> WiringPlan {
         pod_link: PodLink {
             name: "eth0".to_string(),
             index: 2,
-            mac: "0a:58:0a:f4:00:05".parse::<MacAddress>().unwrap(),
+            mac: "0a:58:0a:f4:00:05".parse::<MacAddr>().unwrap(),
             mtu: 1450,
             addresses: vec!["10.244.0.5/24".parse().unwrap()],
             routes: vec![PodRoute {

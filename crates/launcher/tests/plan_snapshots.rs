@@ -1,7 +1,7 @@
 //! The complete plans of the two bindings, as JSON snapshots (what an agent persists).
 
 use weft_launcher::{
-    Binding, MacAddress, NatOptions, PodLink, PodRoute, TapOwner, TapSettings, VmNetworkCidrs, WiringRequest,
+    Binding, MacAddr, NatOptions, PodLink, PodRoute, TapOwner, TapSettings, VmNetworkCidrs, WiringRequest,
     plan_wiring,
 };
 
@@ -14,7 +14,7 @@ fn request(binding: Binding, pod_iface: &str, primary: bool, index: usize) -> Wi
         pod_link: PodLink {
             name: pod_iface.to_string(),
             index: 3,
-            mac: "0a:58:0a:f4:00:05".parse::<MacAddress>().unwrap(),
+            mac: "0a:58:0a:f4:00:05".parse::<MacAddr>().unwrap(),
             mtu: 1450,
             addresses: vec![
                 "10.244.0.5/24".parse().unwrap(),

@@ -321,7 +321,7 @@ pub fn hotplug_diff(
         .zip(&claimed)
         .filter(|(_, claimed)| !**claimed)
         .map(|(s, _)| {
-            let (namespace, name) = s.name.split_once('/').unwrap_or(("", &s.name));
+            let (namespace, name) = weft_netconf::split_namespaced(&s.name, "");
             NetworkSelectionElement {
                 namespace: namespace.into(),
                 name: name.into(),

@@ -5,6 +5,7 @@ mod annotation;
 mod delegate_config;
 mod hwaddr;
 mod nad;
+mod reference;
 mod selection;
 mod status;
 mod status_annotation;
@@ -18,6 +19,7 @@ pub use delegate_config::{
 };
 pub use hwaddr::parse_hardware_addr;
 pub use nad::{NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec};
+pub use reference::split_namespaced;
 pub use selection::{Bandwidth, NetworkSelectionElement, PortMapping};
 pub use status::NetworkStatus;
 pub use status_annotation::{

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
-use weft_netconf::{DEFAULT_NETWORK_ANNOTATION, NETWORKS_ANNOTATION, NetworkSelectionElement, NetworkStatus};
+use weft_netconf::{
+    DEFAULT_NETWORK_ANNOTATION, NETWORKS_ANNOTATION, NetworkSelectionElement, NetworkStatus, split_namespaced,
+};
 
 use crate::api::{BindingKind, Interface, InterfaceBindingPlugin, Network, VirtualMachineInstance};
 use crate::config::ClusterConfig;
@@ -63,11 +65,6 @@ pub fn go_json<T: Serialize + ?Sized>(value: &T) -> String {
     out
 }
 
-/// `(namespace, name)` of a NAD reference: split at the first `/`, else the VMI's namespace.
-pub fn split_nad_reference<'a>(reference: &'a str, vmi_namespace: &'a str) -> (&'a str, &'a str) {
-    reference.split_once('/').unwrap_or((vmi_namespace, reference))
-}
-
 /// The networks of `interfaces`, in interface order (KubeVirt's `FilterNetworksByInterfaces`).
 pub fn networks_of_interfaces<'a>(interfaces: &[&Interface], networks: &'a [Network]) -> Vec<&'a Network> {
     interfaces
@@ -88,7 +85,7 @@ pub fn networks_annotation(
     let mut elements = Vec::new();
     for net in networks {
         if let Some(multus) = net.multus.as_ref().filter(|m| !m.default) {
-            let (ns, name) = split_nad_reference(&multus.network_name, namespace);
+            let (ns, name) = split_namespaced(&multus.network_name, namespace);
             let mac = interfaces
                 .iter()
                 .find(|i| i.name == net.name)
@@ -112,7 +109,7 @@ pub fn networks_annotation(
                 .get(plugin_name)
                 .ok_or_else(|| AnnotationError::UnknownBindingPlugin(plugin_name.into()))?;
             if !plugin.network_attachment_definition.is_empty() {
-                let (ns, name) = split_nad_reference(&plugin.network_attachment_definition, namespace);
+                let (ns, name) = split_namespaced(&plugin.network_attachment_definition, namespace);
                 let mut args = Map::new();
                 args.insert("logicNetworkName".into(), Value::String(net.name.clone()));
                 elements.push(NetworkSelectionElement {
@@ -353,7 +350,7 @@ mod tests {
 
     #[test]
     fn nad_references() {
-        assert_eq!(split_nad_reference("ns/a/b", "x"), ("ns", "a/b"));
-        assert_eq!(split_nad_reference("a", "x"), ("x", "a"));
+        assert_eq!(split_namespaced("ns/a/b", "x"), ("ns", "a/b"));
+        assert_eq!(split_namespaced("a", "x"), ("x", "a"));
     }
 }

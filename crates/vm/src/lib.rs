@@ -9,8 +9,8 @@
 //!   [`admission::missing_nad_condition`] for a VMI whose NAD does not exist yet.
 //! - [`launcher_pod_annotations`]: annotations of a new launcher pod;
 //!   [`running_pod_annotations`]: what to patch on a running one (hot-plug/unplug, network-info).
-//! - [`hashed_scheme`] / [`pod_interface_names`]: pod interface names; [`link_names`] for the
-//!   in-pod links.
+//! - [`hashed_scheme`] / [`pod_interface_names`]: pod interface names (the in-pod link names
+//!   derived from them are `weft_launcher::LinkNames`).
 //! - [`controller_status_interfaces`] (from the pod's network-status) and
 //!   [`handler_status_interfaces`] (from the domain and the guest agent): `status.interfaces`.
 //! - [`evaluate_migration`] + [`migration_condition_update`]: the `MigrationRequired` condition.
@@ -45,8 +45,7 @@ pub use defaults::{DefaultingError, apply_network_defaults};
 pub use hotplug::{HotplugSync, is_restart_required, sync_vm_to_vmi, vmi_network_patch};
 pub use migration::{ConditionUpdate, MigrationRequirement, evaluate_migration, migration_condition_update};
 pub use names::{
-    LinkNames, NameScheme, PodInterfaceNames, hashed_pod_interface_name, hashed_scheme, link_names,
-    pod_interface_names,
+    NameScheme, PodInterfaceNames, hashed_pod_interface_name, hashed_scheme, pod_interface_names,
 };
 pub use netstatus::network_statuses;
 pub use render::{RenderError, render};

@@ -1,5 +1,6 @@
 //! Pod interface names of a VMI's networks: the hashed scheme, the legacy ordinal scheme,
-//! detecting which one a running pod uses, and the in-pod link names derived from them.
+//! and detecting which one a running pod uses. The in-pod link names derived from them are the
+//! launcher's (`weft_launcher::LinkNames`).
 
 use std::collections::BTreeMap;
 
@@ -155,37 +156,4 @@ pub fn has_ordinal_secondary_ifaces(networks: &[Network], statuses: &[InterfaceS
         }
     }
     true
-}
-
-/// In-pod link names derived from a pod interface name.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LinkNames {
-    /// The tap the VM's vNIC is backed by.
-    pub tap: String,
-    /// The in-pod bridge (`k6t-*`).
-    pub bridge: String,
-    /// The pod interface after it is renamed to make room for the dummy (`*-nic`).
-    pub renamed_pod_nic: String,
-}
-
-/// Link names for a pod interface; the primary network's tap is always `tap0`.
-pub fn link_names(pod_interface_name: &str, primary: bool) -> LinkNames {
-    let stripped = pod_interface_name
-        .strip_prefix(HASHED_PREFIX)
-        .unwrap_or(pod_interface_name);
-    let tap = if primary {
-        "tap0".to_string()
-    } else {
-        format!("tap{}", pod_interface_name.get(3..).unwrap_or(""))
-    };
-    LinkNames {
-        tap,
-        bridge: format!("k6t-{stripped}"),
-        renamed_pod_nic: format!("{stripped}-nic"),
-    }
-}
-
-/// The bridge binding's fake bridge address: `169.254.75.1` followed by the decimal index.
-pub fn fake_bridge_ip(interface_index: usize) -> String {
-    format!("169.254.75.1{interface_index}/32")
 }

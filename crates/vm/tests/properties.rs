@@ -4,10 +4,11 @@ use std::collections::{BTreeMap, HashSet};
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
+use weft_launcher::LinkNames;
 use weft_store::ObjectMeta;
 use weft_vm::ClusterConfig;
 use weft_vm::api::{Network, VirtualMachineInstance};
-use weft_vm::names::{hashed_pod_interface_name, hashed_scheme, link_names, ordinal_scheme};
+use weft_vm::names::{hashed_pod_interface_name, hashed_scheme, ordinal_scheme};
 use weft_vm::netstatus::parse_network_statuses;
 use weft_vm::render::{RenderInput, render, render_input};
 
@@ -42,7 +43,7 @@ proptest! {
             prop_assert!(valid_ifname(name), "{name}");
             prop_assert!(seen.insert(name.clone()), "collision on {name}");
             prop_assert_eq!(name, &hashed_scheme(&networks)[&net.name]);
-            let links = link_names(name, net.is_primary());
+            let links = LinkNames::derive(name, net.is_primary());
             for link in [&links.tap, &links.bridge, &links.renamed_pod_nic] {
                 prop_assert!(valid_ifname(link), "{link}");
             }
@@ -57,7 +58,7 @@ proptest! {
         let distinct: HashSet<&String> = scheme.values().collect();
         prop_assert_eq!(distinct.len(), count);
         for name in scheme.values() {
-            let links = link_names(name, false);
+            let links = LinkNames::derive(name, false);
             for link in [name, &links.tap, &links.bridge, &links.renamed_pod_nic] {
                 prop_assert!(valid_ifname(link), "{link}");
             }

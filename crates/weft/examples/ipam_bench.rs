@@ -280,9 +280,7 @@ fn profile_one(verb: &str, container: &str, config: &str) -> Result<()> {
     let opened = t.elapsed();
     let outcome = runtime.block_on(weft_ipam::handle(request, store.clone()));
     let handled = t.elapsed();
-    if let Err(e) = outcome {
-        bail!("{verb} {container}: {e:?}");
-    }
+    outcome.with_context(|| format!("{verb} {container}"))?;
     println!(
         "{} {} {} {}",
         parsed.as_micros(),

@@ -11,8 +11,6 @@ use weft_netconf::NetworkAttachmentDefinition;
 use weft_store::{Api, ListOptions, ObjectMeta, OwnerReference, Resource, Store};
 use weft_vm::{VirtualMachine, VirtualMachineInstance};
 
-use crate::controller::split_nad;
-
 /// Label on claims naming their VM.
 pub const VM_LABEL: &str = "kubevirt.io/vm";
 
@@ -22,9 +20,9 @@ async fn persistent_network(
     namespace: &str,
     network_name: &str,
 ) -> anyhow::Result<Option<String>> {
-    let (ns, name) = split_nad(network_name, namespace);
-    let Some(nad) = Api::<NetworkAttachmentDefinition>::namespaced(store.clone(), &ns)
-        .get(&name)
+    let (ns, name) = weft_netconf::split_namespaced(network_name, namespace);
+    let Some(nad) = Api::<NetworkAttachmentDefinition>::namespaced(store.clone(), ns)
+        .get(name)
         .await?
     else {
         return Ok(None);
@@ -38,7 +36,7 @@ async fn persistent_network(
         config
             .get("name")
             .and_then(Value::as_str)
-            .unwrap_or(&name)
+            .unwrap_or(name)
             .to_string()
     }))
 }
@@ -138,8 +136,7 @@ pub async fn collect_orphans(store: &Arc<dyn Store>, vms: &[VirtualMachine]) -> 
                 store,
                 &weft_ipam::claim::claim_reference(&ns, &claim.metadata.name),
             )
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            .await?;
             tracing::info!(claim = %claim.metadata.name, "VM gone: claim deleted, addresses released");
         }
     }
@@ -156,9 +153,8 @@ pub async fn reconcile_reservations(store: &Arc<dyn Store>) -> anyhow::Result<us
         .list(&ListOptions::default())
         .await?;
     let live = live_pods(&pods);
-    let freed = weft_ipam::reconcile::reconcile(store, &live, jiff::Timestamp::now(), RECONCILE_GRACE)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let freed =
+        weft_ipam::reconcile::reconcile(store, &live, jiff::Timestamp::now(), RECONCILE_GRACE).await?;
     for decision in &freed {
         tracing::info!("freed a leaked reservation: {decision:?}");
     }

@@ -159,64 +159,15 @@ impl Plugin for Shim {
 }
 
 /// One HTTP/1.1 POST over a Unix socket (blocking: the shim runs once per CNI call and an
-/// async runtime would cost more than the request); returns status and body.
+/// async runtime would cost more than the request); returns status and body. The client is
+/// the IPAM client's (`weft_ipam_client::http`), chunked decoding included.
 pub fn post(socket: &Path, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>), String> {
-    use std::io::{Read, Write};
-    let mut stream = std::os::unix::net::UnixStream::connect(socket).map_err(|e| e.to_string())?;
-    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(300)));
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: weft\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let written = stream
-        .write_all(head.as_bytes())
-        .and_then(|()| stream.write_all(body));
-    // An agent that refuses a request (too large, too many connections) answers and closes
-    // without reading it all: our write then fails, but its answer is waiting to be read.
-    let mut response = Vec::new();
-    let read = stream.read_to_end(&mut response);
-    match (written, read) {
-        (Err(e), _) if response.is_empty() => return Err(e.to_string()),
-        (_, Err(e)) if response.is_empty() => return Err(e.to_string()),
-        _ => {}
-    }
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut parsed = httparse::Response::new(&mut headers);
-    let header_len = match parsed
-        .parse(&response)
-        .map_err(|e| format!("bad HTTP response: {e}"))?
-    {
-        httparse::Status::Complete(n) => n,
-        httparse::Status::Partial => return Err("truncated HTTP response".into()),
-    };
-    let status = parsed.code.unwrap_or(0);
-    let chunked = parsed.headers.iter().any(|h| {
-        h.name.eq_ignore_ascii_case("transfer-encoding")
-            && String::from_utf8_lossy(h.value).contains("chunked")
-    });
-    let body = &response[header_len..];
-    let body = if chunked { dechunk(body)? } else { body.to_vec() };
-    Ok((status, body))
-}
-
-/// The payload of a chunked HTTP/1.1 body.
-fn dechunk(mut body: &[u8]) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    loop {
-        match httparse::parse_chunk_size(body).map_err(|_| "bad chunk size".to_string())? {
-            httparse::Status::Complete((start, 0)) => {
-                let _ = start;
-                return Ok(out);
-            }
-            httparse::Status::Complete((start, size)) => {
-                let end = start + size as usize;
-                let chunk = body.get(start..end).ok_or("truncated chunk")?;
-                out.extend_from_slice(chunk);
-                body = body.get(end + 2..).ok_or("truncated chunk trailer")?;
-            }
-            httparse::Status::Partial => return Err("truncated chunked body".into()),
-        }
-    }
+    use weft_ipam_client::http;
+    let request = http::post_request(path, "application/json", body);
+    let response =
+        http::exchange(socket, &request, std::time::Duration::from_secs(300)).map_err(|e| e.to_string())?;
+    let response = http::parse_response(&response).map_err(|e| e.to_string())?;
+    Ok((response.status, response.body))
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use ipnet::IpNet;
 use serde_json::Value;
 
 use super::{BackendError, NetnsBackend};
-use crate::mac::MacAddress;
+use crate::mac::MacAddr;
 use crate::nft::remove_script;
 use crate::plan::Op;
 use crate::pod_link::{PodLink, PodRoute};
@@ -72,7 +72,7 @@ impl CommandBackend {
         self.exec("ip", args, None)
     }
 
-    fn link_mac(&self, name: &str) -> Result<MacAddress, BackendError> {
+    fn link_mac(&self, name: &str) -> Result<MacAddr, BackendError> {
         let out = self.ip(&["-j", "link", "show", "dev", name])?;
         let links: Value = parse_json(&out)?;
         links[0]["address"]
@@ -204,7 +204,7 @@ impl NetnsBackend for CommandBackend {
             BackendError::other(format!("link {name}: missing or invalid {field} in ip output"))
         };
         let index = link["ifindex"].as_u64().ok_or_else(|| bad("ifindex"))? as u32;
-        let mac: MacAddress = link["address"]
+        let mac: MacAddr = link["address"]
             .as_str()
             .and_then(|m| m.parse().ok())
             .ok_or_else(|| bad("address"))?;

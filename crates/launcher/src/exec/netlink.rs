@@ -10,7 +10,6 @@ use ipnet::IpNet;
 use weft_host::{HostError, IpFamily, MacAddr, Netlink, Netns, Route, TapOptions};
 
 use super::{BackendError, NetnsBackend};
-use crate::mac::MacAddress;
 use crate::nft::remove_script;
 use crate::plan::Op;
 use crate::pod_link::{PodLink, PodRoute};
@@ -77,11 +76,11 @@ impl NetlinkBackend {
     fn configure_bridge(
         &mut self,
         name: &str,
-        mac: Option<MacAddress>,
+        mac: Option<MacAddr>,
         mtu: Option<u32>,
     ) -> Result<(), HostError> {
         if let Some(mac) = mac {
-            self.netlink.set_mac(name, MacAddr(mac.0))?;
+            self.netlink.set_mac(name, mac)?;
         }
         if let Some(mtu) = mtu {
             self.netlink.set_mtu(name, mtu)?;
@@ -126,7 +125,7 @@ impl NetnsBackend for NetlinkBackend {
             Op::SetUp { name } => Ok(nl.set_up(name)?),
             Op::SetDown { name } => Ok(nl.set_down(name)?),
             Op::Rename { from, to } => Ok(nl.rename_link(from, to)?),
-            Op::SetMac { link, mac } => Ok(nl.set_mac(link, MacAddr(mac.0))?),
+            Op::SetMac { link, mac } => Ok(nl.set_mac(link, *mac)?),
             Op::CopyMac { link, from } => {
                 let source = nl.link(from)?;
                 let mac = source.mac.ok_or_else(|| {
@@ -174,7 +173,6 @@ impl NetnsBackend for NetlinkBackend {
         };
         let mac = link
             .mac
-            .map(|m| MacAddress(m.octets()))
             .ok_or_else(|| BackendError::other(format!("pod link {name} has no MAC address")))?;
         let addresses: Vec<IpNet> = self
             .netlink

@@ -3,10 +3,10 @@
 //! webhook denies with; and the condition a VMI gets while a NAD it names does not exist.
 
 use crate::admission::{Cause, CauseType, VM_TEMPLATE_ROOT, validate, validate_create, validate_vm_create};
-use crate::annotations::split_nad_reference;
 use crate::api::{Condition, VmiSpec};
 use crate::config::ClusterConfig;
 use crate::defaults::apply_network_defaults;
+use weft_netconf::split_namespaced;
 
 /// VMI condition type KubeVirt's VMI controller reports sync failures with.
 pub const SYNCHRONIZED: &str = "Synchronized";
@@ -82,7 +82,7 @@ pub fn nad_references(namespace: &str, spec: &VmiSpec) -> Vec<(String, String)> 
         .iter()
         .filter_map(|n| n.multus.as_ref())
         .map(|m| {
-            let (ns, name) = split_nad_reference(&m.network_name, namespace);
+            let (ns, name) = split_namespaced(&m.network_name, namespace);
             (ns.to_string(), name.to_string())
         })
         .collect()

@@ -63,7 +63,7 @@ fn mac(path: &str, iface: &Interface, causes: &mut Vec<Cause>) {
     if iface.mac_address.is_empty() {
         return;
     }
-    let message = match parse_mac_len(&iface.mac_address) {
+    let message = match weft_netconf::parse_hardware_addr(&iface.mac_address).map(|octets| octets.len()) {
         None => format!(
             "interface {path}.name has malformed MAC address ({}).",
             iface.mac_address
@@ -81,40 +81,6 @@ fn mac(path: &str, iface: &Interface, causes: &mut Vec<Cause>) {
         format!("{path}.macAddress"),
         message,
     ));
-}
-
-/// The byte length of a hardware address Go's `net.ParseMAC` accepts (6, 8 or 20), or `None`.
-pub fn parse_mac_len(s: &str) -> Option<usize> {
-    let b = s.as_bytes();
-    if b.len() < 14 {
-        return None;
-    }
-    let hex_groups = |group: usize, sep: u8| -> Option<usize> {
-        let stride = group + 1;
-        if !(b.len() + 1).is_multiple_of(stride) {
-            return None;
-        }
-        let groups = (b.len() + 1) / stride;
-        for (k, chunk) in b.chunks(stride).enumerate() {
-            let (digits, rest) = chunk.split_at(group.min(chunk.len()));
-            if digits.len() != group || !digits.iter().all(u8::is_ascii_hexdigit) {
-                return None;
-            }
-            let last = k + 1 == groups;
-            if (!last && rest != [sep]) || (last && !rest.is_empty()) {
-                return None;
-            }
-        }
-        Some(groups * group / 2)
-    };
-    let len = if b[2] == b':' || b[2] == b'-' {
-        hex_groups(2, b[2])?
-    } else if b[4] == b'.' {
-        hex_groups(4, b'.')?
-    } else {
-        return None;
-    };
-    matches!(len, 6 | 8 | 20).then_some(len)
 }
 
 fn pci(path: &str, iface: &Interface, causes: &mut Vec<Cause>) {

@@ -220,8 +220,7 @@ impl World {
         env: &BTreeMap<String, String>,
         secondaries: u32,
     ) -> Result<(AttachmentRequest, Vec<DelegatePlan>)> {
-        let request_env =
-            RequestEnv::from_lookup(|k| env.get(k).cloned()).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let request_env = RequestEnv::from_lookup(|k| env.get(k).cloned())?;
         let request = AttachmentRequest::from_request_env(&request_env);
         let config = MetaConfig::parse(conf)?;
         let mut catalog = MemoryCatalog::default().with_path(

@@ -66,7 +66,7 @@ pub fn generated_conflist(
     };
     let path = autoconfig_dir.join(file);
     let primary = DelegateConfig::parse(String::from_utf8_lossy(bytes).into_owned())
-        .map_err(|e| anyhow::anyhow!("primary network config {}: {e}", path.display()))?;
+        .with_context(|| format!("primary network config {}", path.display()))?;
     Ok(Some(generate_weft_conflist(
         daemon,
         &path.display().to_string(),

@@ -247,7 +247,7 @@ pub async fn set_running(state: &Path, name: &str, namespace: &str, running: boo
 
 pub fn vm_render(file: &Path) -> anyhow::Result<i32> {
     let text = std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?;
-    let output = weft_vm::render(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let output = weft_vm::render(&text).with_context(|| format!("{}", file.display()))?;
     println!("{}", serde_json::to_string_pretty(&output)?);
     Ok(0)
 }

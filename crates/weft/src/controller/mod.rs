@@ -115,8 +115,7 @@ pub fn validate_manifests(objects: &[Object]) -> anyhow::Result<()> {
         };
         vmi.metadata = ObjectMeta::named(Some(&namespace), &object.metadata.name);
         let config = weft_vm::ClusterConfig::default();
-        weft_vm::apply_network_defaults(&mut vmi.spec, &config)
-            .map_err(|e| anyhow::anyhow!("{label}: {e}"))?;
+        weft_vm::apply_network_defaults(&mut vmi.spec, &config).with_context(|| label.clone())?;
         let root = if object.kind == "VirtualMachine" {
             "spec.template.spec"
         } else {
@@ -128,8 +127,8 @@ pub fn validate_manifests(objects: &[Object]) -> anyhow::Result<()> {
         }
         for (index, network) in vmi.spec.networks.iter().enumerate() {
             if let Some(multus) = &network.multus {
-                let (ns, name) = split_nad(&multus.network_name, &namespace);
-                if !nads.contains(&(ns.clone(), name.clone())) {
+                let (ns, name) = weft_netconf::split_namespaced(&multus.network_name, &namespace);
+                if !nads.contains(&(ns.to_string(), name.to_string())) {
                     anyhow::bail!(
                         "{label}: {root}.networks[{index}].multus.networkName: NetworkAttachmentDefinition {ns}/{name} does not exist"
                     );
@@ -138,14 +137,6 @@ pub fn validate_manifests(objects: &[Object]) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// `ns/name` or `name` (in `default_ns`).
-pub fn split_nad(network_name: &str, default_ns: &str) -> (String, String) {
-    match network_name.split_once('/') {
-        Some((ns, name)) => (ns.into(), name.into()),
-        None => (default_ns.into(), network_name.into()),
-    }
 }
 
 /// Whether every NIC of the VMI has an address reported from inside the guest (or, without
@@ -455,7 +446,7 @@ async fn reconcile_vmi(
     let pod = migration::active_pod(&own);
     let Some(pod) = pod else {
         let mut defaulted = vmi.clone();
-        weft_vm::apply_network_defaults(&mut defaulted.spec, &config).map_err(|e| anyhow::anyhow!("{e}"))?;
+        weft_vm::apply_network_defaults(&mut defaulted.spec, &config)?;
         let causes = weft_vm::validate("spec", &defaulted.spec, &config);
         if !causes.is_empty() {
             let message = causes
@@ -633,8 +624,7 @@ async fn create_launcher_pod(store: &Arc<dyn Store>, vmi: &VirtualMachineInstanc
             None => "no node to run the VM on".to_string(),
         })?
         .clone();
-    let mut annotations = weft_vm::launcher_pod_annotations(vmi, &weft_vm::ClusterConfig::default())
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut annotations = weft_vm::launcher_pod_annotations(vmi, &weft_vm::ClusterConfig::default())?;
     let claims = crate::claims::claim_names_for_vmi(store, vmi).await?;
     if let Some(networks) = annotations.get_mut(weft_netconf::NETWORKS_ANNOTATION) {
         *networks = launcher_pod::with_claim_references(networks, &claims);

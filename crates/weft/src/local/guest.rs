@@ -47,8 +47,7 @@ pub fn spec_for(
         std::fs::create_dir_all(initrd.parent().unwrap_or(dir))?;
         let busybox = crate::local::which("busybox").context("busybox is missing")?;
         let tmp = initrd.with_extension("tmp");
-        weft_guest::write_initramfs(&kernel, &busybox, &tmp)
-            .map_err(|e| anyhow::anyhow!("initramfs: {e}"))?;
+        weft_guest::write_initramfs(&kernel, &busybox, &tmp).context("initramfs")?;
         std::fs::rename(&tmp, &initrd)?;
     }
     let mut spec = GuestSpec::new(&vmi.metadata.name, &kernel.vmlinux, &initrd, dir);
@@ -81,7 +80,7 @@ pub fn boot(
         .unwrap_or("")
         .to_string();
     let guest = RunningGuest::spawn(&spec, Some(&netns_name))
-        .map_err(|e| anyhow::anyhow!("start QEMU for {}: {e}", vmi.metadata.name))?;
+        .with_context(|| format!("start QEMU for {}", vmi.metadata.name))?;
     if let Some(pid) = guest.pid() {
         crate::local::processes::record(
             &agent.state_dir,

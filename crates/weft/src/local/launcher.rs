@@ -20,6 +20,7 @@ use crate::kinds::Pod;
 use crate::local::sandbox::Sandbox;
 
 /// What the launcher role keeps for a running VMI.
+#[derive(Default)]
 pub struct LauncherState {
     /// VMI name (in the pod's namespace).
     pub vmi: String,
@@ -120,7 +121,12 @@ pub async fn adopt(
         boot_nics: record.boot_nics,
         dhcp_announced: Default::default(),
     };
-    if let Err(e) = take_over(agent, pod, vmi, &mut state, record.guest) {
+    let (agent2, pod2, vmi2, guest) = (agent.clone(), pod.clone(), vmi.clone(), record.guest);
+    let taken = crate::local::blocking_with(&mut state, move |state| {
+        take_over(&agent2, &pod2, &vmi2, state, guest)
+    })
+    .await?;
+    if let Err(e) = taken {
         // What was taken over (a guest handle, DHCP servers, the wiring) is undone, not leaked.
         stop(agent, state).await;
         return Err(e);
@@ -276,17 +282,16 @@ fn wire_interface(
         .get(&interface.name)
         .cloned()
         .with_context(|| format!("no pod interface for network {}", interface.name))?;
-    let mut backend =
-        weft_launcher::exec::NetlinkBackend::open(&state.netns_path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut backend = weft_launcher::exec::NetlinkBackend::open(&state.netns_path)?;
     let pod_link = backend
         .discover(&pod_iface)
-        .map_err(|e| anyhow::anyhow!("discover {pod_iface}: {e}"))?
+        .with_context(|| format!("discover {pod_iface}"))?
         .with_context(|| format!("pod link ({pod_iface}) is missing"))?;
     let guest_mac = Some(interface.mac_address.as_str())
         .filter(|m| !m.is_empty())
         .map(str::parse)
         .transpose()
-        .map_err(|e| anyhow::anyhow!("interface {}: macAddress: {e:?}", interface.name))?;
+        .with_context(|| format!("interface {}: macAddress", interface.name))?;
     let request = WiringRequest {
         binding,
         pod_iface: pod_iface.clone(),
@@ -300,9 +305,8 @@ fn wire_interface(
             queues: 1,
         },
     };
-    let plan =
-        weft_launcher::plan_wiring(&request).map_err(|e| anyhow::anyhow!("plan {}: {e}", interface.name))?;
-    exec::apply(&mut backend, &plan).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let plan = weft_launcher::plan_wiring(&request).with_context(|| format!("plan {}", interface.name))?;
+    exec::apply(&mut backend, &plan)?;
     let nic = DomainNic {
         name: interface.name.clone(),
         mac: plan.guest_mac.to_string(),
@@ -349,31 +353,14 @@ pub async fn start(
         boot_nics: Vec::new(),
         dhcp_announced: Default::default(),
     };
-    let netns = weft_host::Netns::open(sandbox.netns_path())?;
-    let indexes: Vec<usize> = (0..vmi.spec.interfaces().len())
-        .filter(|i| !vmi.spec.interfaces()[*i].is_absent())
-        .collect();
-    for index in indexes {
-        match wire_interface(&mut state, &netns, vmi, index, &statuses) {
-            Ok(nic) => state.domain.push(nic),
-            Err(e) => {
-                stop(agent, state).await;
-                return Err(e);
-            }
-        }
-    }
-    if std::env::var("WEFT_NO_GUESTS").map(|v| v != "1").unwrap_or(true) {
-        let dir = state.dir.clone();
-        match crate::local::guest::boot(agent, vmi, &state.domain, &netns, &dir) {
-            Ok(guest) => {
-                state.guest = Some(guest);
-                state.boot_nics = state.domain.clone();
-            }
-            Err(e) => {
-                stop(agent, state).await;
-                return Err(e);
-            }
-        }
+    let (agent2, vmi2) = (agent.clone(), vmi.clone());
+    let wired = crate::local::blocking_with(&mut state, move |state| {
+        wire_and_boot(&agent2, &vmi2, &statuses, state)
+    })
+    .await?;
+    if let Err(e) = wired {
+        stop(agent, state).await;
+        return Err(e);
     }
     if let Err(e) = save(&state) {
         stop(agent, state).await;
@@ -381,6 +368,32 @@ pub async fn start(
     }
     report(agent, vmi.namespace(), &mut state).await?;
     Ok(state)
+}
+
+/// The blocking part of [`start`] (netlink, DHCP sockets, QEMU): wire every present NIC of
+/// `vmi` into `state`, then boot the guest unless `WEFT_NO_GUESTS=1`. On error `state` holds
+/// what was done, for [`stop`] to undo.
+fn wire_and_boot(
+    agent: &Arc<Agent>,
+    vmi: &VirtualMachineInstance,
+    statuses: &[weft_netconf::NetworkStatus],
+    state: &mut LauncherState,
+) -> anyhow::Result<()> {
+    let netns = weft_host::Netns::open(&state.netns_path)?;
+    let indexes: Vec<usize> = (0..vmi.spec.interfaces().len())
+        .filter(|i| !vmi.spec.interfaces()[*i].is_absent())
+        .collect();
+    for index in indexes {
+        let nic = wire_interface(state, &netns, vmi, index, statuses)?;
+        state.domain.push(nic);
+    }
+    if std::env::var("WEFT_NO_GUESTS").map(|v| v != "1").unwrap_or(true) {
+        let dir = state.dir.clone();
+        let guest = crate::local::guest::boot(agent, vmi, &state.domain, &netns, &dir)?;
+        state.guest = Some(guest);
+        state.boot_nics = state.domain.clone();
+    }
+    Ok(())
 }
 
 /// Hot-plug on the launcher side (KubeVirt's `networks_to_hotplug` then the launcher's attach):
@@ -394,7 +407,23 @@ pub async fn hotplug(
     state: &mut LauncherState,
 ) -> anyhow::Result<usize> {
     let statuses = weft_vm::network_statuses(&pod.metadata.annotations);
-    let names = weft_vm::pod_interface_names(&vmi.spec.networks, &statuses);
+    let vmi2 = vmi.clone();
+    let changes =
+        crate::local::blocking_with(state, move |state| apply_hotplug(&vmi2, &statuses, state)).await??;
+    if changes > 0 {
+        report(agent, vmi.namespace(), state).await?;
+    }
+    Ok(changes)
+}
+
+/// The blocking part of [`hotplug`] (netlink, QMP `device_add`/`device_del`, DHCP sockets):
+/// plug and unplug, then record `state` when anything changed. Returns the number of changes.
+fn apply_hotplug(
+    vmi: &VirtualMachineInstance,
+    statuses: &[weft_netconf::NetworkStatus],
+    state: &mut LauncherState,
+) -> anyhow::Result<usize> {
+    let names = weft_vm::pod_interface_names(&vmi.spec.networks, statuses);
     let attached: Vec<&str> = statuses.iter().map(|s| s.interface.as_str()).collect();
     let wired: Vec<String> = state.plans.iter().map(|p| p.pod_iface.clone()).collect();
     let netns = weft_host::Netns::open(&state.netns_path)?;
@@ -407,14 +436,14 @@ pub async fn hotplug(
         if interface.is_absent() || !attached.contains(&pod_iface.as_str()) || wired.contains(pod_iface) {
             continue;
         }
-        let nic = wire_interface(state, &netns, vmi, index, &statuses)?;
+        let nic = wire_interface(state, &netns, vmi, index, statuses)?;
         if let Some(guest) = state.guest.as_mut() {
             guest
                 .hotplug_nic(
                     &weft_guest::GuestNic::virtio(&nic.tap, &nic.mac),
                     &format!("ua-{}", nic.name),
                 )
-                .map_err(|e| anyhow::anyhow!("attach {} to the guest: {e}", nic.name))?;
+                .with_context(|| format!("attach {} to the guest", nic.name))?;
         }
         state.domain.push(nic);
         changes += 1;
@@ -435,13 +464,12 @@ pub async fn hotplug(
         if let Some(guest) = state.guest.as_mut() {
             guest
                 .unplug_nic(&format!("ua-{}", nic.name))
-                .map_err(|e| anyhow::anyhow!("detach {name} from the guest: {e}"))?;
+                .with_context(|| format!("detach {name} from the guest"))?;
         }
         if let Some(plan_index) = state.plans.iter().position(|p| p.names.tap == nic.tap) {
             let plan = state.plans.remove(plan_index);
-            let mut backend = weft_launcher::exec::NetlinkBackend::open(&state.netns_path)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            exec::teardown(&mut backend, &plan).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let mut backend = weft_launcher::exec::NetlinkBackend::open(&state.netns_path)?;
+            exec::teardown(&mut backend, &plan)?;
         }
         if let Some(server) = state.dhcp.remove(&name) {
             let _ = server.stop();
@@ -451,7 +479,6 @@ pub async fn hotplug(
     }
     if changes > 0 {
         save(state)?;
-        report(agent, vmi.namespace(), state).await?;
     }
     Ok(changes)
 }
@@ -472,7 +499,10 @@ pub fn checks_summary(report: &weft_guest::GuestReport) -> String {
 /// Update the VMI's status from the domain and the guest agent's reports: interfaces, the
 /// `Ready` condition (the guest has leased every NIC), and the guest's check results.
 pub async fn report(agent: &Arc<Agent>, namespace: &str, state: &mut LauncherState) -> anyhow::Result<()> {
-    let guest_report = state.guest.as_mut().and_then(|g| g.report().ok());
+    // The guest agent's report is a QMP/serial round trip: off the async workers.
+    let guest_report =
+        crate::local::blocking_with(state, |state| state.guest.as_mut().and_then(|g| g.report().ok()))
+            .await?;
     let report = domain_report(state, guest_report.as_ref());
     let no_guest = state.guest.is_none();
     let ready = no_guest || guest_report.as_ref().is_some_and(|r| r.ready);
@@ -646,8 +676,14 @@ pub fn domain_report(
     }
 }
 
-/// Stop the guest and the DHCP servers, and undo the wiring.
+/// Stop the guest and the DHCP servers, and undo the wiring (on the blocking pool).
 pub async fn stop(_agent: &Arc<Agent>, state: LauncherState) {
+    if let Err(e) = crate::local::blocking(move || stop_blocking(state)).await {
+        tracing::warn!("stop the launcher: {e:#}");
+    }
+}
+
+fn stop_blocking(state: LauncherState) {
     let _ = std::fs::remove_file(state.dir.join(RECORD_FILE));
     if let Some(guest) = state.guest {
         let _ = guest.stop();

@@ -23,6 +23,37 @@ pub use topology::Topology;
 
 use crate::cluster;
 
+/// Run blocking work (netlink, netns switches, QMP, QEMU, initramfs building) on tokio's blocking
+/// pool, never on an async worker. A panic in `work` resumes in the caller, as if it had run
+/// inline; the only other failure is a runtime shutting down.
+pub async fn blocking<R: Send + 'static>(work: impl FnOnce() -> R + Send + 'static) -> anyhow::Result<R> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(out) => Ok(out),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(e).context("blocking task"),
+    }
+}
+
+/// [`blocking`] with `state` moved to the blocking thread and back (the work borrows it
+/// mutably, as it did inline).
+pub async fn blocking_with<T, R>(
+    state: &mut T,
+    work: impl FnOnce(&mut T) -> R + Send + 'static,
+) -> anyhow::Result<R>
+where
+    T: Default + Send + 'static,
+    R: Send + 'static,
+{
+    let mut owned = std::mem::take(state);
+    let (owned, out) = blocking(move || {
+        let out = work(&mut owned);
+        (owned, out)
+    })
+    .await?;
+    *state = owned;
+    Ok(out)
+}
+
 /// `weft up` options.
 #[derive(Clone, Debug, Args)]
 pub struct UpArgs {
@@ -287,15 +318,20 @@ pub async fn down(state: &Path) -> anyhow::Result<i32> {
     // Signalling and waiting for the processes to go blocks: not on an async worker.
     let stopped = {
         let state = state.to_path_buf();
-        tokio::task::spawn_blocking(move || processes::stop_all(&state, Duration::from_secs(5))).await?
+        blocking(move || processes::stop_all(&state, Duration::from_secs(5))).await?
     };
-    let mut errors = Vec::new();
-    let existing = weft_host::Netns::list_named().unwrap_or_default();
-    for name in topology.owned_netns(&existing) {
-        if let Err(e) = weft_host::Netns::delete_named(&name) {
-            errors.push(format!("delete netns {name}: {e}"));
+    // Unmounting the namespaces blocks too.
+    let mut errors = blocking(move || {
+        let existing = weft_host::Netns::list_named().unwrap_or_default();
+        let mut errors = Vec::new();
+        for name in topology.owned_netns(&existing) {
+            if let Err(e) = weft_host::Netns::delete_named(&name) {
+                errors.push(format!("delete netns {name}: {e}"));
+            }
         }
-    }
+        errors
+    })
+    .await?;
     if let Err(e) = std::fs::remove_dir_all(state) {
         errors.push(format!("remove {}: {e}", state.display()));
     }

@@ -24,8 +24,14 @@ fn write_sysctl(ns: &Netns, key: &str, value: &str) -> anyhow::Result<()> {
         .with_context(|| format!("sysctl {key}={value} in {}", ns.label()))
 }
 
-/// Create the underlay, the remote host and every node (names from `topology`).
+/// Create the underlay, the remote host and every node (names from `topology`), on the blocking
+/// pool (netns and netlink calls).
 pub async fn create(topology: &Topology) -> anyhow::Result<()> {
+    let topology = topology.clone();
+    crate::local::blocking(move || create_blocking(&topology)).await?
+}
+
+fn create_blocking(topology: &Topology) -> anyhow::Result<()> {
     let underlay = Netns::create_named(&topology.underlay_netns)?;
     let mut ul = Netlink::open_in(&underlay)?;
     ul.set_up("lo")?;

@@ -48,17 +48,13 @@ fn run_conflist(agent: &Agent, command: &str, sandbox: &Sandbox) -> anyhow::Resu
     let conflist = agent.args.conf_dir.join("00-weft.conflist");
     let bytes = std::fs::read(&conflist).with_context(|| format!("read {}", conflist.display()))?;
     let list = weft_cni::NetworkConfigList::from_bytes(&bytes)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", conflist.display()))?;
+        .with_context(|| format!("parse {}", conflist.display()))?;
     let runtime = weft_cni::runtime::CniRuntime::new(agent.args.cni_bin_dirs.clone());
     let conf = runtime_conf(sandbox);
     match command {
-        "ADD" => Ok(Some(
-            runtime.add(&list, &conf).map_err(|e| anyhow::anyhow!("{e}"))?,
-        )),
+        "ADD" => Ok(Some(runtime.add(&list, &conf)?)),
         "DEL" => {
-            runtime
-                .del(&list, &conf, None)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            runtime.del(&list, &conf, None)?;
             Ok(None)
         }
         other => anyhow::bail!("unsupported CNI command {other}"),
@@ -73,9 +69,14 @@ pub async fn create(agent: &std::sync::Arc<Agent>, pod: &Pod, netns: &str) -> an
         let bytes: [u8; 32] = rand::random();
         bytes.iter().map(|b| format!("{b:02x}")).collect()
     };
-    let _ = weft_host::Netns::delete_named(netns);
-    let handle = weft_host::Netns::create_named(netns).with_context(|| format!("create netns {netns}"))?;
-    weft_host::Netlink::open_in(&handle)?.set_up("lo")?;
+    let name = netns.to_string();
+    crate::local::blocking(move || -> anyhow::Result<()> {
+        let _ = weft_host::Netns::delete_named(&name);
+        let handle = weft_host::Netns::create_named(&name).with_context(|| format!("create netns {name}"))?;
+        weft_host::Netlink::open_in(&handle)?.set_up("lo")?;
+        Ok(())
+    })
+    .await??;
     let mut sandbox = Sandbox {
         id,
         netns: netns.to_string(),
@@ -90,7 +91,7 @@ pub async fn create(agent: &std::sync::Arc<Agent>, pod: &Pod, netns: &str) -> an
             pod: sandbox.pod.clone(),
             pod_ip: String::new(),
         };
-        tokio::task::spawn_blocking(move || run_conflist(&agent2, "ADD", &sb)).await?
+        crate::local::blocking(move || run_conflist(&agent2, "ADD", &sb)).await?
     };
     match result {
         Ok(Some(result)) => {
@@ -103,7 +104,8 @@ pub async fn create(agent: &std::sync::Arc<Agent>, pod: &Pod, netns: &str) -> an
         }
         Ok(None) => Ok(sandbox),
         Err(e) => {
-            let _ = weft_host::Netns::delete_named(netns);
+            let name = netns.to_string();
+            let _ = crate::local::blocking(move || weft_host::Netns::delete_named(&name)).await;
             Err(e.context("CNI ADD"))
         }
     }
@@ -113,8 +115,11 @@ pub async fn create(agent: &std::sync::Arc<Agent>, pod: &Pod, netns: &str) -> an
 pub async fn remove(agent: &std::sync::Arc<Agent>, sandbox: Sandbox) -> anyhow::Result<()> {
     let agent2 = agent.clone();
     let netns = sandbox.netns.clone();
-    let outcome = tokio::task::spawn_blocking(move || run_conflist(&agent2, "DEL", &sandbox)).await?;
-    let deleted = weft_host::Netns::delete_named(&netns);
+    let (outcome, deleted) = crate::local::blocking(move || {
+        let outcome = run_conflist(&agent2, "DEL", &sandbox);
+        (outcome, weft_host::Netns::delete_named(&sandbox.netns))
+    })
+    .await?;
     outcome.context("CNI DEL")?;
     deleted.with_context(|| format!("delete netns {netns}"))?;
     Ok(())
