@@ -55,8 +55,7 @@ impl<'a> Context<'a> {
     /// `(namespace, name)` of the network's NAD (multus networks only).
     fn nad(&self) -> Option<(String, String)> {
         let multus = self.network?.multus.as_ref()?;
-        let (ns, name) =
-            weft_vm::annotations::split_nad_reference(&multus.network_name, self.snapshot.vmi.namespace());
+        let (ns, name) = weft_netconf::split_namespaced(&multus.network_name, self.snapshot.vmi.namespace());
         Some((ns.to_string(), name.to_string()))
     }
 
