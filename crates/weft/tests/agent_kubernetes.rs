@@ -237,6 +237,29 @@ fn assert_detached(node: &Netns, pod_ns: &Netns, agent: &KubeAgent) {
     assert!(agent.leases("hl-blue").is_empty(), "blue address released");
 }
 
+/// The fake API serving pods, NADs, IPReservations and IPAMClaims in `node`.
+fn ipam_cluster(node: &Netns) -> FakeCluster {
+    FakeCluster::serving(
+        node,
+        vec![
+            pods(),
+            nads(),
+            weft_ipam::IpReservation::resource_type(),
+            weft_ipam::IpamClaim::resource_type(),
+        ],
+    )
+}
+
+/// The IPReservations in the fake API.
+fn reservations(cluster: &FakeCluster) -> Vec<Object> {
+    let ty = weft_ipam::IpReservation::resource_type();
+    cluster
+        .runtime
+        .block_on(cluster.objects.list(&ty, None, &Default::default()))
+        .unwrap()
+        .items
+}
+
 /// weft-ipam in a NAD that names no store, under an agent on Kubernetes: the delegate's
 /// weft-ipam (the installed client) hands the call to the agent, which allocates in the API
 /// server (an IPReservation recorded with the agent's node), so addresses are unique across
@@ -247,17 +270,8 @@ fn weft_ipam_naming_no_store_allocates_in_the_api_server_through_the_agent() {
     if !root_or_skip("weft_ipam_naming_no_store_allocates_in_the_api_server_through_the_agent") {
         return;
     }
-    let reservations = weft_ipam::IpReservation::resource_type();
     let node = Netns::new("aki-node");
-    let cluster = FakeCluster::serving(
-        &node,
-        vec![
-            pods(),
-            nads(),
-            reservations.clone(),
-            weft_ipam::IpamClaim::resource_type(),
-        ],
-    );
+    let cluster = ipam_cluster(&node);
     let agent = KubeAgent::start(&node, &cluster);
     let pod_ns = Netns::new("aki-pod");
     let nad_config = json!({
@@ -287,13 +301,7 @@ fn weft_ipam_naming_no_store_allocates_in_the_api_server_through_the_agent() {
         text(&add),
         agent.log()
     );
-    let listed = |cluster: &FakeCluster| {
-        cluster
-            .runtime
-            .block_on(cluster.objects.list(&reservations, None, &Default::default()))
-            .unwrap()
-            .items
-    };
+    let listed = reservations;
     let held = listed(&cluster);
     assert_eq!(held.len(), 1, "one reservation in the API server: {held:?}");
     let reservation: weft_ipam::IpReservation =
@@ -426,17 +434,8 @@ fn weft_ipam_releases_during_an_api_outage_are_journaled_and_replayed() {
         return;
     }
     use std::os::unix::fs::PermissionsExt;
-    let reservations = weft_ipam::IpReservation::resource_type();
     let node = Netns::new("akj-node");
-    let cluster = FakeCluster::serving(
-        &node,
-        vec![
-            pods(),
-            nads(),
-            reservations.clone(),
-            weft_ipam::IpamClaim::resource_type(),
-        ],
-    );
+    let cluster = ipam_cluster(&node);
     let nad_config = json!({
         "cniVersion": "1.0.0", "type": "bridge", "bridge": "br-jrn",
         "ipam": {"type": "weft-ipam", "range": "192.168.90.0/24"}
@@ -457,14 +456,7 @@ fn weft_ipam_releases_during_an_api_outage_are_journaled_and_replayed() {
         );
     }
     let mut agent = KubeAgent::start(&node, &cluster);
-    let listed = |cluster: &FakeCluster| {
-        cluster
-            .runtime
-            .block_on(cluster.objects.list(&reservations, None, &Default::default()))
-            .unwrap()
-            .items
-            .len()
-    };
+    let listed = |cluster: &FakeCluster| reservations(cluster).len();
     let (ns_a, ns_b) = (Netns::new("akj-a"), Netns::new("akj-b"));
     for (ns, name) in [(&ns_a, "pod-a"), (&ns_b, "pod-b")] {
         let add = run_shim_as(
