@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use weft_store::{ObjectMeta, Resource};
+use weft_object::{ObjectMeta, Resource};
 
 /// A NetworkAttachmentDefinition: a named CNI configuration pods can select.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

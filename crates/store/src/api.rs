@@ -59,7 +59,7 @@ impl<T: Resource> Api<T> {
     pub async fn get(&self, name: &str) -> Result<Option<T>, StoreError> {
         let ty = T::resource_type();
         match self.store.get(&ty, self.namespace.as_deref(), name).await? {
-            Some(obj) => obj.to_typed().map(Some),
+            Some(obj) => Ok(Some(obj.to_typed()?)),
             None => Ok(None),
         }
     }
@@ -76,7 +76,10 @@ impl<T: Resource> Api<T> {
     pub async fn list(&self, opts: &ListOptions) -> Result<Vec<T>, StoreError> {
         let ty = T::resource_type();
         let list = self.store.list(&ty, self.namespace.as_deref(), opts).await?;
-        list.items.iter().map(Object::to_typed).collect()
+        list.items
+            .iter()
+            .map(|o| o.to_typed().map_err(StoreError::from))
+            .collect()
     }
 
     /// Create `value` (its namespace defaults to this handle's).
@@ -85,22 +88,23 @@ impl<T: Resource> Api<T> {
         obj.metadata.namespace = self
             .ns_for(obj.metadata.namespace.as_deref())
             .filter(|_| T::NAMESPACED);
-        self.store.create(&T::resource_type(), obj).await?.to_typed()
+        Ok(self.store.create(&T::resource_type(), obj).await?.to_typed()?)
     }
 
     /// Replace `value` (compare-and-swap when it carries a resourceVersion).
     pub async fn replace(&self, value: &T) -> Result<T, StoreError> {
         let obj = Object::from_typed(value)?;
-        self.store.update(&T::resource_type(), obj).await?.to_typed()
+        Ok(self.store.update(&T::resource_type(), obj).await?.to_typed()?)
     }
 
     /// Replace `value`'s status (compare-and-swap when it carries a resourceVersion).
     pub async fn replace_status(&self, value: &T) -> Result<T, StoreError> {
         let obj = Object::from_typed(value)?;
-        self.store
+        Ok(self
+            .store
             .update_status(&T::resource_type(), obj)
             .await?
-            .to_typed()
+            .to_typed()?)
     }
 
     /// Delete by name; `Ok(None)` when it did not exist.
@@ -111,7 +115,7 @@ impl<T: Resource> Api<T> {
             .delete(&ty, self.namespace.as_deref(), name, None)
             .await?
         {
-            Some(obj) => obj.to_typed().map(Some),
+            Some(obj) => Ok(Some(obj.to_typed()?)),
             None => Ok(None),
         }
     }

@@ -77,3 +77,11 @@ impl StoreError {
         matches!(self, StoreError::AlreadyExists { .. })
     }
 }
+
+impl From<weft_object::ObjectError> for StoreError {
+    fn from(e: weft_object::ObjectError) -> Self {
+        match e {
+            weft_object::ObjectError::Invalid(message) => StoreError::Invalid(message),
+        }
+    }
+}

@@ -30,7 +30,6 @@ pub mod fake_api;
 mod kubernetes;
 mod memory;
 pub mod names;
-mod object;
 mod select;
 pub mod semantics;
 #[cfg(feature = "sqlite")]
@@ -44,8 +43,10 @@ pub use error::StoreError;
 #[cfg(feature = "kube")]
 pub use kubernetes::{ClientIdentity, KubeStore};
 pub use memory::MemoryStore;
-pub use object::{Object, ObjectMeta, OwnerReference, Resource, ResourceType, new_uid, now_rfc3339};
 pub use select::ListOptions;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore, prepare_state_dir_under};
 pub use store::{ObjectList, Store, WatchEvent, WatchStream};
+pub use weft_object::{
+    Object, ObjectError, ObjectMeta, OwnerReference, Resource, ResourceType, new_uid, now_rfc3339,
+};

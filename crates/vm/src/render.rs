@@ -1,7 +1,7 @@
 //! `weft vm render`: everything weft decides about one VMI, for inspection.
 
 use serde_json::{Map, Value, json};
-use weft_store::ObjectMeta;
+use weft_object::ObjectMeta;
 
 use crate::admission::{Cause, CauseType, validate_create};
 use crate::annotations::{launcher_pod_annotations, running_pod_annotations};

@@ -1,7 +1,7 @@
 //! The API types keep every field they do not model.
 
 use serde_json::json;
-use weft_store::{Object, Resource};
+use weft_object::{Object, Resource};
 use weft_vm::api::{BindingKind, VirtualMachine, VirtualMachineInstance};
 
 fn vmi_json() -> serde_json::Value {

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use weft_launcher::LinkNames;
-use weft_store::ObjectMeta;
+use weft_object::ObjectMeta;
 use weft_vm::ClusterConfig;
 use weft_vm::api::{Network, VirtualMachineInstance};
 use weft_vm::names::{hashed_pod_interface_name, hashed_scheme, ordinal_scheme};

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use weft_store::{ObjectMeta, Resource};
+use weft_object::{ObjectMeta, Resource};
 
 use super::vmi::{Extra, Marker};
 

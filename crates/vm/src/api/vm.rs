@@ -1,7 +1,7 @@
 //! `VirtualMachine`: the stateful owner of a VMI, with a VMI template.
 
 use serde::{Deserialize, Serialize};
-use weft_store::{ObjectMeta, Resource};
+use weft_object::{ObjectMeta, Resource};
 
 use super::vmi::{Extra, VmiSpec};
 

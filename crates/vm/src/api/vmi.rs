@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use weft_store::{ObjectMeta, Resource};
+use weft_object::{ObjectMeta, Resource};
 
 /// Every other JSON field of a struct, kept verbatim.
 pub type Extra = Map<String, Value>;

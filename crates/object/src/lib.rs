@@ -1,4 +1,8 @@
 //! Kubernetes-shaped objects: metadata, dynamic objects and the [`Resource`] trait for typed ones.
+//!
+//! Wire types only, no I/O: the decision crates (KubeVirt's API in `weft-vm`, the NPWG types in
+//! `weft-netconf`) and the store backends (`weft-store`) all depend on this crate, so no
+//! decision compiles against SQLite or kube-rs.
 
 use std::collections::BTreeMap;
 
@@ -6,7 +10,13 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::StoreError;
+/// Errors converting between typed and dynamic objects.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectError {
+    /// The value does not convert (wrong kind, missing or malformed fields).
+    #[error("{0}")]
+    Invalid(String),
+}
 
 /// Identity of a kind of object: what a REST path or a table is keyed by.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -157,20 +167,20 @@ impl Object {
     }
 
     /// Serialise a typed resource into a dynamic object.
-    pub fn from_typed<T: Resource>(value: &T) -> Result<Self, StoreError> {
-        let mut json = serde_json::to_value(value).map_err(|e| StoreError::Invalid(e.to_string()))?;
+    pub fn from_typed<T: Resource>(value: &T) -> Result<Self, ObjectError> {
+        let mut json = serde_json::to_value(value).map_err(|e| ObjectError::Invalid(e.to_string()))?;
         let map = json
             .as_object_mut()
-            .ok_or_else(|| StoreError::Invalid(format!("{} does not serialise to an object", T::KIND)))?;
+            .ok_or_else(|| ObjectError::Invalid(format!("{} does not serialise to an object", T::KIND)))?;
         map.insert("apiVersion".into(), Value::String(T::API_VERSION.into()));
         map.insert("kind".into(), Value::String(T::KIND.into()));
-        serde_json::from_value(json).map_err(|e| StoreError::Invalid(e.to_string()))
+        serde_json::from_value(json).map_err(|e| ObjectError::Invalid(e.to_string()))
     }
 
     /// Deserialise into a typed resource (apiVersion and kind are checked, then dropped).
-    pub fn to_typed<T: Resource>(&self) -> Result<T, StoreError> {
+    pub fn to_typed<T: Resource>(&self) -> Result<T, ObjectError> {
         if self.kind != T::KIND || self.api_version != T::API_VERSION {
-            return Err(StoreError::Invalid(format!(
+            return Err(ObjectError::Invalid(format!(
                 "expected {}/{}, got {}/{}",
                 T::API_VERSION,
                 T::KIND,
@@ -181,10 +191,10 @@ impl Object {
         let mut map = self.data.clone();
         map.insert(
             "metadata".into(),
-            serde_json::to_value(&self.metadata).map_err(|e| StoreError::Invalid(e.to_string()))?,
+            serde_json::to_value(&self.metadata).map_err(|e| ObjectError::Invalid(e.to_string()))?,
         );
         serde_json::from_value(Value::Object(map)).map_err(|e| {
-            StoreError::Invalid(format!(
+            ObjectError::Invalid(format!(
                 "{} {}: {e}",
                 T::KIND,
                 T::resource_type().key(self.metadata.namespace.as_deref(), &self.metadata.name)
