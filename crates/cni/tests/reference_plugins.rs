@@ -280,8 +280,8 @@ fn real_plugins_report_versions_and_reject_1_1_0_without_negotiation() {
     assert_eq!(cni_error.msg, "incompatible CNI versions");
 }
 
-/// Plugins that speak 1.1.0 (the Debian sid 1.9.1 build, unpacked by
-/// /work/shared/env/cni-sid-plugins.sh on dev machines only; CI skips this test).
+/// Plugins that speak 1.1.0 (the Debian sid 1.9.1 build of the reference plugins: its `.deb`
+/// unpacked, not installed, into this directory on dev machines only; CI skips this test).
 const SID_PLUGIN_DIR: &str = "/var/cache/envtest/cni-sid/usr/lib/cni";
 
 #[test]

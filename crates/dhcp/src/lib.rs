@@ -1,8 +1,8 @@
 //! DHCPv4/DHCPv6 server for guests: pure reply logic and the socket loop.
 //!
-//! KubeVirt semantics (reference: kubevirt-network.md §10): one server per guest NIC, bound to the
-//! launcher bridge, answering DISCOVER with OFFER and REQUEST with ACK (or NAK) for exactly one
-//! lease, with an "infinite" 999-day lease time.
+//! KubeVirt semantics (reference: docs/upstream/kubevirt-network.md §10): one server per guest NIC,
+//! bound to the launcher bridge, answering DISCOVER with OFFER and REQUEST with ACK (or NAK) for
+//! exactly one lease, with an "infinite" 999-day lease time.
 //!
 //! Layout: [`config`] is the lease a server hands out, [`options`] the byte encodings of the
 //! options with non-trivial wire formats (119, 121), [`resolv`] turns a launcher's

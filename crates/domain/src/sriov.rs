@@ -1,5 +1,6 @@
 //! SR-IOV: the network → VF PCI address pool from the `kubevirt.io/network-info` downward-API
-//! file, and the `<hostdev>` elements of a VMI's SR-IOV interfaces (kubevirt-network.md §12).
+//! file, and the `<hostdev>` elements of a VMI's SR-IOV interfaces
+//! (docs/upstream/kubevirt-network.md §12).
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,7 @@
 //! The wiring plan of one guest NIC inside the launcher pod's netns: the ordered link, address,
-//! sysctl and NAT operations of the bridge and masquerade bindings (KubeVirt §7.3/§7.4), each
-//! with the operations that undo it, and the DHCP lease the guest gets.
+//! sysctl and NAT operations of the bridge and masquerade bindings (KubeVirt,
+//! docs/upstream/kubevirt-network.md §7.3/§7.4), each with the operations that undo it, and the
+//! DHCP lease the guest gets.
 
 use std::net::IpAddr;
 
@@ -36,8 +37,9 @@ pub enum Binding {
     Bridge,
     /// L3: the guest sits behind NAT on a private VM network.
     Masquerade(NatOptions),
-    /// A binding plugin with `domainAttachmentType: managedTap` (§7.6): the bridge binding's
-    /// links without the fake bridge address, and no DHCP (the plugin configures the guest).
+    /// A binding plugin with `domainAttachmentType: managedTap` (docs/upstream/kubevirt-network.md
+    /// §7.6): the bridge binding's links without the fake bridge address, and no DHCP (the plugin
+    /// configures the guest).
     ManagedTap,
 }
 

@@ -185,7 +185,8 @@ fn masquerade_forwards_both_ways() -> Result<()> {
     Ok(())
 }
 
-/// With declared ports only those reach the guest from outside (KubeVirt §8 step 8).
+/// With declared ports only those reach the guest from outside (KubeVirt,
+/// docs/upstream/kubevirt-network.md §8 step 8).
 #[test]
 #[ignore = "needs root: scripts/test.sh runs it as root"]
 fn masquerade_forwards_only_declared_ports() -> Result<()> {

@@ -1,4 +1,5 @@
-//! The `CNI_ARGS` each delegate receives (multus.md §3.3.1; vector 11).
+//! The `CNI_ARGS` each delegate receives (docs/upstream/multus.md §3.3.1;
+//! `vectors/multus/11-cni-args-merge.json`).
 
 use serde::{Deserialize, Serialize};
 

@@ -1,5 +1,5 @@
-//! The auxiliary CNI chain (`auxiliaryCNIChainName`, multus.md §3.1 step 7): a conflist made
-//! of a `passthru` plugin followed by the plugin configs found in
+//! The auxiliary CNI chain (`auxiliaryCNIChainName`, docs/upstream/multus.md §3.1 step 7): a
+//! conflist made of a `passthru` plugin followed by the plugin configs found in
 //! `<dir(clusterNetwork)>/<chain>/*.conf`, run as one more secondary delegate of every pod.
 
 use serde_json::{Map, Value, json};

@@ -1,5 +1,5 @@
 //! The per-container cache record (everything DEL needs, losslessly) and the DEL decision
-//! (multus.md §3.9, §3.10; issue 3: never silently skip when the cache is corrupt).
+//! (docs/upstream/multus.md §3.9, §3.10; issue 3: never silently skip when the cache is corrupt).
 
 use serde::{Deserialize, Serialize};
 use weft_cni::{CniResult, GcAttachment};

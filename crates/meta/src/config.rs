@@ -1,5 +1,5 @@
 //! The meta-plugin configuration (`weft-cni` / Multus conf keys), Multus's defaults and
-//! validation (multus.md §2.1; vector 10).
+//! validation (docs/upstream/multus.md §2.1; `vectors/multus/10-loadnetconf-validation.json`).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -109,7 +109,8 @@ pub struct MetaConfig {
     /// `runtimeConfig` supplied by the container runtime.
     pub runtime_config: Map<String, Value>,
     /// `runtimeConfigToAllDelegates` (weft): give the runtime's `runtimeConfig` to every
-    /// delegate, as Multus does, instead of only to the cluster network (NPWG §7.5).
+    /// delegate, as Multus does, instead of only to the cluster network (NPWG §7.5;
+    /// docs/upstream/multus.md §3.3.2).
     pub runtime_config_to_all_delegates: bool,
     /// `auxiliaryCNIChainName`: a chain of plugin configs from
     /// `<dir(clusterNetwork)>/<name>/` run as one more delegate (empty: none).

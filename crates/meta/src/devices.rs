@@ -1,6 +1,6 @@
-//! Device IDs and device-info (multus.md §1.6, §3.3.2–§3.3.4): the kubelet device-plugin
-//! checkpoint, the per-ADD allocation of a pod's devices to the delegates whose NAD names a
-//! `k8s.v1.cni.cncf.io/resourceName`, the config mutation (`deviceID`/`pciBusID`), and the
+//! Device IDs and device-info (docs/upstream/multus.md §1.6, §3.3.2–§3.3.4): the kubelet
+//! device-plugin checkpoint, the per-ADD allocation of a pod's devices to the delegates whose NAD
+//! names a `k8s.v1.cni.cncf.io/resourceName`, the config mutation (`deviceID`/`pciBusID`), and the
 //! device-info file paths. Pure; the agent reads the checkpoint and the executor moves files.
 
 use std::collections::BTreeMap;
@@ -150,7 +150,7 @@ impl DeviceAllocator {
     }
 }
 
-/// A secondary delegate's device (multus.md §3.3.2 table): the one drawn for its NAD's
+/// A secondary delegate's device (docs/upstream/multus.md §3.3.2): the one drawn for its NAD's
 /// `resourceName` wins; otherwise the element's explicit `deviceID`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

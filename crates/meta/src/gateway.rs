@@ -1,5 +1,6 @@
-//! `default-route` requests: the ECMP check, Multus's filter flags (vector 13) and what to do
-//! to each delegate's routes after its ADD (multus.md §3.5).
+//! `default-route` requests: the ECMP check, Multus's filter flags
+//! (`vectors/multus/13-default-route-filter-flags.json`) and what to do to each delegate's routes
+//! after its ADD (docs/upstream/multus.md §3.5).
 
 use std::net::IpAddr;
 

@@ -1,6 +1,6 @@
-//! Hot-plug (the `/delegate` path; multus-dynamic-networks-controller semantics, multus.md
-//! §4.4–§4.5; vector 21): planning one attachment with the same isolation rules as ADD, and
-//! the network-status update.
+//! Hot-plug (the `/delegate` path; multus-dynamic-networks-controller semantics,
+//! docs/upstream/multus.md §4.4–§4.5; `vectors/multus/21-dynamic-controller-status-update.json`):
+//! planning one attachment with the same isolation rules as ADD, and the network-status update.
 
 use serde_json::{Map, Value};
 use weft_cni::CniResult;

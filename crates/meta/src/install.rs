@@ -1,6 +1,8 @@
-//! Thick-mode configuration files: the daemon-config overlay on each request (vector 17), the
-//! generated node CNI configuration from the primary (first) network config (vectors 18, 19),
-//! and primary discovery in the autoconfig dir (multus.md §2.3–§2.4, §4.2).
+//! Thick-mode configuration files: the daemon-config overlay on each request
+//! (`vectors/multus/17-thick-config-override.json`), the generated node CNI configuration from
+//! the primary (first) network config (`vectors/multus/18-thick-generated-config.json`,
+//! `vectors/multus/19-thin-generated-config.json`), and primary discovery in the autoconfig dir
+//! (docs/upstream/multus.md §2.3–§2.4, §4.2).
 
 use serde_json::{Map, Value};
 use weft_netconf::DelegateConfig;
@@ -29,7 +31,7 @@ const GENERATED_OPTION_KEYS: [&str; 10] = [
 
 /// The effective configuration of a request: the shim's stdin with every top-level key of the
 /// daemon configuration overlaid (shallow), without `readinessindicatorfile` when the agent
-/// watches the file itself (vector 17).
+/// watches the file itself (`vectors/multus/17-thick-config-override.json`).
 pub fn overlay_daemon_config(
     request: &Map<String, Value>,
     daemon: &Map<String, Value>,
@@ -68,10 +70,11 @@ fn capabilities_of(primary: Option<&DelegateConfig>) -> Option<Value> {
     (!caps.is_empty()).then_some(Value::Object(caps))
 }
 
-/// Multus's thick generated `00-multus.conf` (vector 18): `cniVersion` and `clusterNetwork`
-/// from the daemon configuration (`clusterNetwork` replaced by `primary_path` when given),
-/// `name` `multus-cni-network` (the primary's with `override_network_name`), `type`
-/// `plugin_type`, the primary's true capabilities, and the daemon's generator options.
+/// Multus's thick generated `00-multus.conf` (`vectors/multus/18-thick-generated-config.json`):
+/// `cniVersion` and `clusterNetwork` from the daemon configuration (`clusterNetwork` replaced by
+/// `primary_path` when given), `name` `multus-cni-network` (the primary's with
+/// `override_network_name`), `type` `plugin_type`, the primary's true capabilities, and the
+/// daemon's generator options.
 pub fn generate_thick_config(
     daemon: &Map<String, Value>,
     plugin_type: &str,
@@ -175,8 +178,9 @@ pub struct ThinOptions {
     pub kubeconfig: String,
 }
 
-/// Multus's thin `00-multus.conf` text, byte-exact with its template (vector 19), the primary
-/// embedded verbatim (compacted, key order kept) as the only delegate.
+/// Multus's thin `00-multus.conf` text, byte-exact with its template
+/// (`vectors/multus/19-thin-generated-config.json`), the primary embedded verbatim (compacted, key
+/// order kept) as the only delegate.
 pub fn generate_thin_config(primary: &DelegateConfig, plugin_type: &str, options: &ThinOptions) -> String {
     let q = |s: &str| Value::from(s).to_string();
     let mut lines = vec![

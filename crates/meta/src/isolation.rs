@@ -1,4 +1,4 @@
-//! Namespace isolation (multus.md §5; vector 9).
+//! Namespace isolation (docs/upstream/multus.md §5; `vectors/multus/09-namespace-isolation.json`).
 
 use crate::config::MetaConfig;
 

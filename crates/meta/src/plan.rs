@@ -1,5 +1,5 @@
-//! Delegate planning: from the configuration, the request, the pod and the catalog to the
-//! ordered list of delegates to run (multus.md §2.2, §2.5, §3.1–§3.3, §3.5, §5).
+//! Delegate planning: from the configuration, the request, the pod and the catalog to the ordered
+//! list of delegates to run (docs/upstream/multus.md §2.2, §2.5, §3.1–§3.3, §3.5, §5).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -318,7 +318,7 @@ fn aux_candidate(resolved: Resolved) -> Candidate {
 }
 
 /// With a known pod: the resource name of every NAD-backed candidate, and the pod's devices
-/// (multus.md §3.3.4; without a pod, no device is drawn).
+/// (docs/upstream/multus.md §3.3.4; without a pod, no device is drawn).
 fn pod_devices(
     catalog: &dyn NetworkCatalog,
     pod: Option<&Pod>,
@@ -472,7 +472,7 @@ fn annotation_candidate(
 }
 
 /// `cni-args` shallow-merged into `args.cni` of the config or of every plugin of a list
-/// (annotation wins; vector 12).
+/// (annotation wins; `vectors/multus/12-cni-args-injection.json`).
 fn with_cni_args(mut resolved: Resolved, element: &NetworkSelectionElement) -> Result<Resolved, PlanError> {
     let Some(cni_args) = element.cni_args.as_ref() else {
         return Ok(resolved);
@@ -643,10 +643,10 @@ fn assign_ifnames(
     Ok(names)
 }
 
-/// Capability args (multus.md §3.3.2). The master gets the runtime's `runtimeConfig` (every
-/// key). Secondaries get only their element's requests, unless `runtimeConfigToAllDelegates`
+/// Capability args (docs/upstream/multus.md §3.3.2). The master gets the runtime's `runtimeConfig`
+/// (every key). Secondaries get only their element's requests, unless `runtimeConfigToAllDelegates`
 /// restores Multus's behaviour of using the runtime's values as their base (NPWG §7.5 says the
-/// runtime's values are for the cluster network only).
+/// runtime's values are for the cluster network only; docs/upstream/multus.md §3.3.2).
 fn capability_args(
     config: &MetaConfig,
     is_master: bool,

@@ -1,5 +1,5 @@
 //! Request-level decisions taken before planning: the pod UID cross-check and the synthetic
-//! result for a pod that no longer exists (multus.md §3.1 step 3, §5).
+//! result for a pod that no longer exists (docs/upstream/multus.md §3.1 step 3, §5).
 
 use weft_cni::{CniResult, Interface, IpConfig, RequestEnv};
 

@@ -1,6 +1,6 @@
 //! Resolving a network reference to a delegate configuration: annotation elements (NADs only),
 //! and `clusterNetwork` / `defaultNetworks` entries (NAD, conf name, directory or file; Multus
-//! `getNetDelegate`, multus.md §2.2).
+//! `getNetDelegate`, docs/upstream/multus.md §2.2).
 
 use serde::{Deserialize, Serialize};
 use weft_netconf::{

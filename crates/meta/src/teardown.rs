@@ -1,5 +1,5 @@
-//! Rollback after a failed ADD and teardown order for DEL (multus.md §3.1 step 9, §3.10;
-//! vector 8), with Multus's messages.
+//! Rollback after a failed ADD and teardown order for DEL (docs/upstream/multus.md §3.1 step 9,
+//! §3.10; `vectors/multus/08-add-failure-rollback.json`), with Multus's messages.
 
 use crate::args::K8sArgs;
 use crate::plan::DelegatePlan;

@@ -1,4 +1,6 @@
-//! Multus vectors 17–19 (thick overlay, generated configurations) and 21 (hot-plug status).
+//! Multus vectors `vectors/multus/17-thick-config-override.json`, `18-thick-generated-config.json`,
+//! `19-thin-generated-config.json` (thick overlay, generated configurations) and
+//! `21-dynamic-controller-status-update.json` (hot-plug status).
 
 use serde_json::{Map, Value};
 use weft_cni::CniResult;

@@ -1,4 +1,6 @@
-//! Multus vectors 07–13 and 20 against the planner.
+//! Multus vectors `vectors/multus/07-annotation-json-full-element.json` to
+//! `13-default-route-filter-flags.json` and `20-default-network-annotation-override.json` against
+//! the planner.
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,5 @@
 //! The `k8s.v1.cni.cncf.io/networks` and `v1.multus-cni.io/default-network` annotation parsers, with
-//! Multus's accept/reject decisions and messages (multus.md §1.3, §2.5).
+//! Multus's accept/reject decisions and messages (docs/upstream/multus.md §1.3, §2.5).
 //!
 //! Every message starts with Multus's exact text; where Multus does not name the offending item we
 //! append it (docs/compat.md).

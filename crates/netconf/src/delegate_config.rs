@@ -1,5 +1,5 @@
 //! A delegate's CNI configuration (single plugin or conflist), kept byte-for-byte, and how a
-//! NetworkAttachmentDefinition or a conf-dir file becomes one (multus.md §1.2).
+//! NetworkAttachmentDefinition or a conf-dir file becomes one (docs/upstream/multus.md §1.2).
 
 use std::collections::BTreeSet;
 
@@ -293,11 +293,11 @@ pub enum ConfDirError {
     },
 }
 
-/// Find the configuration whose `name` is `name` among a conf dir's files, as the NAD client
-/// does: files ending `.conf`, `.json` or `.conflist`, in sorted file-name order regardless of
-/// extension (multus.md §1.2 QUIRK, kept: see docs/compat.md), first match wins, a broken file
-/// met before the match is an error. `files` are `(file name, contents)`; `dir` is for messages.
-/// An empty `name` matches the first file.
+/// Find the configuration whose `name` is `name` among a conf dir's files, as the NAD client does:
+/// files ending `.conf`, `.json` or `.conflist`, in sorted file-name order regardless of extension
+/// (docs/upstream/multus.md §1.2 QUIRK, kept: see docs/compat.md), first match wins, a broken file
+/// met before the match is an error. `files` are `(file name, contents)`; `dir` is for messages. An
+/// empty `name` matches the first file.
 pub fn find_config_in_dir(
     dir: &str,
     files: &[(String, Vec<u8>)],
@@ -359,9 +359,10 @@ pub fn find_config_in_dir(
     })
 }
 
-/// `spec.config` with `name` injected when absent or `""` (NPWG §3.4.2). Otherwise the text is
-/// returned unchanged. The injected key goes first and the other keys keep their order (Multus
-/// re-serialises a Go map, sorting keys: same JSON, different bytes — docs/compat.md).
+/// `spec.config` with `name` injected when absent or `""` (NPWG §3.4.2; docs/upstream/multus.md
+/// §1.2). Otherwise the text is returned unchanged. The injected key goes first and the other keys
+/// keep their order (Multus re-serialises a Go map, sorting keys: same JSON, different bytes —
+/// docs/compat.md).
 pub fn inject_network_name(spec_config: &str, nad_name: &str) -> Result<String, String> {
     let map: Map<String, Value> = serde_json::from_str(spec_config).map_err(|e| e.to_string())?;
     match map.get("name") {

@@ -1,5 +1,8 @@
 //! Building network-status entries from a delegate's result exactly as the NAD client does, and
-//! the annotation's byte-exact text (multus.md §1.5; vectors 14–16).
+//! the annotation's byte-exact text (docs/upstream/multus.md §1.5;
+//! `vectors/multus/14-network-status-single-interface.json`,
+//! `vectors/multus/15-network-status-multi-interface.json`,
+//! `vectors/multus/16-network-status-annotation-format.json`).
 
 use serde::Serialize;
 use serde_json::Value;
@@ -25,7 +28,7 @@ pub enum StatusAnnotationError {
 
 /// The status entries for one delegate (NAD client `CreateNetworkStatuses`): one entry when
 /// the result has exactly one interface, else one per sandbox interface (a result without
-/// sandbox interfaces gives none — multus.md §1.5 QUIRK, kept).
+/// sandbox interfaces gives none — docs/upstream/multus.md §1.5 QUIRK, kept).
 pub fn network_statuses(
     result: &CniResult,
     name: &str,

@@ -1,4 +1,5 @@
-//! Multus vectors 01–07 (annotation parsing).
+//! Multus vectors `vectors/multus/01-annotation-comma-list.json` to
+//! `07-annotation-json-full-element.json` (annotation parsing).
 
 use serde_json::{Value, json};
 use weft_netconf::{NetworkSelectionElement, parse_networks_annotation};

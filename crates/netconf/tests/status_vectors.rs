@@ -1,4 +1,6 @@
-//! Multus vectors 14–16 (network-status entries and the annotation text).
+//! Multus vectors `vectors/multus/14-network-status-single-interface.json`,
+//! `15-network-status-multi-interface.json` and `16-network-status-annotation-format.json`
+//! (network-status entries and the annotation text).
 
 use serde_json::{Value, json};
 use weft_cni::CniResult;

@@ -1,6 +1,6 @@
-//! The auxiliary CNI chain (`auxiliaryCNIChainName`, multus.md §3.1 step 7) through the real
-//! shim and agent: `passthru` (weft's multi-call name) heads a chain whose plugins come from
-//! `<dir(clusterNetwork)>/<chain>/*.conf`; the chain runs after the pod's networks as `net<N>`
+//! The auxiliary CNI chain (`auxiliaryCNIChainName`, docs/upstream/multus.md §3.1 step 7) through
+//! the real shim and agent: `passthru` (weft's multi-call name) heads a chain whose plugins come
+//! from `<dir(clusterNetwork)>/<chain>/*.conf`; the chain runs after the pod's networks as `net<N>`
 //! and is torn down on DEL.
 
 mod common;

@@ -1,7 +1,7 @@
-//! Device IDs and device-info through the real shim and agent (multus.md §1.6, §3.3.4): a NAD
-//! with `k8s.v1.cni.cncf.io/resourceName`, the pod's devices in a fake kubelet checkpoint, a
-//! device plugin's device-info file, and a script delegate that records its stdin and writes
-//! the per-attachment device-info file.
+//! Device IDs and device-info through the real shim and agent (docs/upstream/multus.md §1.6,
+//! §3.3.4): a NAD with `k8s.v1.cni.cncf.io/resourceName`, the pod's devices in a fake kubelet
+//! checkpoint, a device plugin's device-info file, and a script delegate that records its stdin and
+//! writes the per-attachment device-info file.
 
 mod common;
 

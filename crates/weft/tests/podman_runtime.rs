@@ -3,7 +3,7 @@
 //! from NADs (bridge + weft-ipam, bridge + host-local), seen from inside the container and in the
 //! pod's network-status; `podman rm -f` calls DEL and every secondary link and address goes.
 //!
-//! Setup follows ../shared/env/podman-cni.sh: podman runs under `nsenter --net=` (not
+//! Setup (a recipe proven on the dev machines): podman runs under `nsenter --net=` (not
 //! `ip netns exec`, which remounts /sys and hides the cgroup fs from runc) in a node namespace
 //! the test creates, with its own containers.conf, storage, runc, explicit ulimits and a
 //! busybox-static rootfs; the agent runs in the same node namespace.
