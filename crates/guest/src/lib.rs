@@ -6,11 +6,13 @@
 //! into a QEMU command line and runs it inside a network namespace, and [`report`] reads what
 //! the guest printed back into typed reports.
 
+pub mod agent;
 pub mod image;
 pub mod init;
 pub mod initramfs;
 pub mod kernel;
 pub mod qemu;
+pub mod qga;
 pub mod qmp;
 pub mod report;
 
