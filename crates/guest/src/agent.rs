@@ -34,6 +34,11 @@ pub const OS_RELEASE: &str = concat!(
     " (busybox initramfs, Debian kernel)\"\n",
 );
 
+/// Whether an image built now carries the agent (the host has the package).
+pub fn available() -> bool {
+    Path::new(QEMU_GA).exists()
+}
+
 /// Errors collecting the agent's files; each names the file or command.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {

@@ -142,6 +142,9 @@ pub struct GuestSpec {
     pub run_dir: PathBuf,
     /// Empty PCIe root ports for NICs hot-plugged later ([`RunningGuest::hotplug_nic`]).
     pub hotplug_slots: u8,
+    /// The image runs qemu-guest-agent: give it its virtio-serial channel
+    /// ([`GuestSpec::qga_socket`]). Off for an image built without the agent.
+    pub guest_agent: bool,
 }
 
 impl GuestSpec {
@@ -156,6 +159,7 @@ impl GuestSpec {
             nics: Vec::new(),
             run_dir: run_dir.into(),
             hotplug_slots: 0,
+            guest_agent: true,
         }
     }
 
@@ -270,7 +274,8 @@ impl GuestSpec {
     /// PVH kernel boot, serial to a file, no display/monitor/default devices, no reboot (a
     /// guest panic or poweroff ends QEMU), each NIC a TAP netdev (vhost off: no
     /// `/dev/vhost-net`) with an empty ROM file (no iPXE), and qemu-guest-agent's channel
-    /// last (a virtio-serial port on a Unix socket, as libvirt and KubeVirt attach it).
+    /// last when [`GuestSpec::guest_agent`] (a virtio-serial port on a Unix socket, as libvirt
+    /// and KubeVirt attach it).
     pub fn argv(&self) -> Vec<String> {
         let mut argv: Vec<String> = [
             QEMU_BINARY,
@@ -331,6 +336,9 @@ impl GuestSpec {
                 "-device".into(),
                 format!("{},netdev=net{index},mac={},romfile=", nic.model, nic.mac),
             ]);
+        }
+        if !self.guest_agent {
+            return argv;
         }
         argv.extend([
             "-device".into(),
@@ -723,6 +731,9 @@ mod tests {
              -device virtserialport,bus=virtio-serial0.0,chardev=qga0,name=org.qemu.guest_agent.0"
         );
         assert!(spec().validate().is_ok());
+        let mut without_agent = spec();
+        without_agent.guest_agent = false;
+        assert!(!without_agent.argv().join(" ").contains("virtio-serial"));
     }
 
     #[test]

@@ -77,11 +77,13 @@ pub fn render(vmi: &VirtualMachineInstance, nics: &[DomainNic], spec: &GuestSpec
         emulator: Some("/usr/bin/qemu-system-x86_64".into()),
     };
     let mut domain = boot.domain(interfaces, Vec::new());
-    domain
-        .devices
-        .channels
-        .push(weft_domain::document::guest_agent_channel(
-            &spec.qga_socket().display().to_string(),
-        ));
+    if spec.guest_agent {
+        domain
+            .devices
+            .channels
+            .push(weft_domain::document::guest_agent_channel(
+                &spec.qga_socket().display().to_string(),
+            ));
+    }
     domain.to_xml().unwrap_or_else(|e| format!("<!-- {e} -->\n"))
 }

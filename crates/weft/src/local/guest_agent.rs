@@ -30,6 +30,25 @@ pub const AGENT_CONNECTED: &str = "AgentConnected";
 /// `status.guestOSInfo`.
 pub const GUEST_OS_INFO: &str = "guestOSInfo";
 
+/// VMI annotation the launcher sets (`absent`) when the guest's image was built without
+/// qemu-guest-agent (the host lacks the package): nothing will ever report from inside that
+/// guest, so waiting for a guest-agent source (`weft up`) is pointless.
+pub const AGENT_ABSENT_ANNOTATION: &str = "weft.dev/guest-agent";
+
+/// Sets or clears [`AGENT_ABSENT_ANNOTATION`].
+pub fn mark_absent(annotations: &mut std::collections::BTreeMap<String, String>, absent: bool) {
+    if absent {
+        annotations.insert(AGENT_ABSENT_ANNOTATION.into(), "absent".into());
+    } else {
+        annotations.remove(AGENT_ABSENT_ANNOTATION);
+    }
+}
+
+/// Whether `vmi`'s guest runs without qemu-guest-agent ([`AGENT_ABSENT_ANNOTATION`]).
+pub fn agent_absent(vmi: &weft_vm::VirtualMachineInstance) -> bool {
+    vmi.metadata.annotation(AGENT_ABSENT_ANNOTATION) == Some("absent")
+}
+
 /// The poller of one guest's agent.
 #[derive(Default)]
 pub struct AgentPoller {
@@ -284,6 +303,30 @@ mod tests {
         apply(&mut status, &down, "2026-12-02T00:01:00Z");
         assert!(status.conditions.iter().all(|c| c.type_ != AGENT_CONNECTED));
         assert!(status.extra.contains_key(GUEST_OS_INFO));
+    }
+
+    #[test]
+    fn weft_up_does_not_wait_for_an_agent_the_image_lacks() {
+        let mut vmi: weft_vm::VirtualMachineInstance = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "vm1", "namespace": "default"},
+            "spec": {"networks": [{"name": "default", "pod": {}}]},
+            "status": {"phase": "Running", "interfaces": [
+                {"name": "default", "ipAddress": "10.244.1.5", "infoSource": "domain"}]}
+        }))
+        .unwrap();
+        assert!(
+            !crate::controller::all_nics_leased(&vmi, false),
+            "waits for the agent"
+        );
+        mark_absent(&mut vmi.metadata.annotations, true);
+        assert!(agent_absent(&vmi));
+        assert!(
+            crate::controller::all_nics_leased(&vmi, false),
+            "no agent to wait for"
+        );
+        mark_absent(&mut vmi.metadata.annotations, false);
+        assert!(!agent_absent(&vmi));
     }
 
     #[test]

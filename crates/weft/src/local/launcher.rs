@@ -510,9 +510,17 @@ pub async fn report(agent: &Arc<Agent>, namespace: &str, state: &mut LauncherSta
         crate::local::blocking_with(state, |state| state.guest.as_mut().and_then(|g| g.report().ok()))
             .await?;
     // qemu-guest-agent: a session on its own thread when due, never waited on here.
-    match state.guest.as_ref().map(|g| g.spec().qga_socket()) {
-        Some(socket) => {
-            state.guest_agent.tick(&socket, std::time::Instant::now());
+    let agent_absent = state.guest.as_ref().is_some_and(|g| !g.spec().guest_agent);
+    match state
+        .guest
+        .as_ref()
+        .map(|g| g.spec())
+        .filter(|spec| spec.guest_agent)
+    {
+        Some(spec) => {
+            state
+                .guest_agent
+                .tick(&spec.qga_socket(), std::time::Instant::now());
         }
         None => state.guest_agent = Default::default(),
     }
@@ -536,6 +544,7 @@ pub async fn report(agent: &Arc<Agent>, namespace: &str, state: &mut LauncherSta
             vmi.metadata
                 .annotations
                 .insert(crate::explain::DHCP_RECORD_ANNOTATION.into(), record_text.clone());
+            crate::local::guest_agent::mark_absent(&mut vmi.metadata.annotations, agent_absent);
             let status = vmi.status.get_or_insert_with(Default::default);
             status.interfaces = next;
             crate::local::guest_agent::apply(status, &agent_view, &now);
