@@ -268,6 +268,24 @@ mod tests {
     }
 
     #[test]
+    fn without_qemu_ga_on_the_host_the_image_has_no_agent_but_builds() {
+        let dir = tempfile::tempdir().unwrap();
+        let (busybox, module) = (dir.path().join("busybox"), dir.path().join("virtio.ko"));
+        std::fs::write(&busybox, b"BB").unwrap();
+        std::fs::write(&module, b"m").unwrap();
+        let kernel = GuestKernel {
+            release: "6.1.0-test".into(),
+            vmlinux: dir.path().join("vmlinux"),
+            modules: vec![module],
+        };
+        let archive = build_initramfs_with_agent(&kernel, &busybox, &dir.path().join("no-qemu-ga")).unwrap();
+        let members = read_back(&archive);
+        assert!(members.iter().all(|m| m.0 != "usr/sbin/qemu-ga"));
+        let os = members.iter().find(|m| m.0 == "etc/os-release").unwrap();
+        assert_eq!(os.4, agent::OS_RELEASE.as_bytes());
+    }
+
+    #[test]
     fn archive_has_console_busybox_modules_and_init() {
         let entries = initramfs_entries(
             b"BUSYBOX".to_vec(),
