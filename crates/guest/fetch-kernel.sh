@@ -4,6 +4,7 @@
 #   DIR/vmlinuz-<release>, DIR/config-<release>   from the linux-image .deb that linux-image-amd64
 #                                                 depends on (apt-get download + dpkg-deb)
 #   DIR/lib/modules/<release>/kernel/...           the virtio and failover modules the guest loads
+#                                                 (and virtio_console, for qemu-guest-agent)
 #   DIR/vmlinux-<release>                          the uncompressed PVH-bootable kernel, derived
 #                                                 like scripts/extract-vmlinux (XZ stream | xz -dc)
 # Idempotent: does nothing when all of it is already there. Needs apt-get, dpkg-deb, xz, grep.
@@ -28,10 +29,29 @@ if ! have_kernel; then
   dpkg-deb --fsys-tarfile "$tmp"/"$pkg"_*.deb | tar -x -C "$staging" --wildcards \
     './boot/vmlinuz-*' './boot/config-*' \
     './lib/modules/*/kernel/drivers/net/virtio_net.ko*' './lib/modules/*/kernel/drivers/net/net_failover.ko*' \
-    './lib/modules/*/kernel/net/core/failover.ko*' './lib/modules/*/kernel/drivers/virtio/*'
+    './lib/modules/*/kernel/net/core/failover.ko*' './lib/modules/*/kernel/drivers/virtio/*' \
+    './lib/modules/*/kernel/drivers/char/virtio_console.ko*'
   mv "$staging"/boot/* "$staging"/; rmdir "$staging/boot"
   mkdir -p "$(dirname "$DIR")"
   rm -rf "$DIR"; mv "$staging" "$DIR"
+fi
+
+# A cache from before the guest agent lacks virtio_console: add it from the same release's .deb
+# (only that file; the kernel other guests boot stays as it is).
+release=$(ls "$DIR"/vmlinuz-* | head -1); release=${release##*/vmlinuz-}
+if ! ls "$DIR"/lib/modules/"$release"/kernel/drivers/char/virtio_console.ko* >/dev/null 2>&1; then
+  echo "fetch-kernel: adding virtio_console.ko of $release to $DIR" >&2
+  ktmp=$(mktemp -d)
+  trap 'rm -rf "${tmp:-}" "$ktmp"' EXIT
+  chown _apt "$ktmp" 2>/dev/null || true
+  ( cd "$ktmp" && apt-get download -q "linux-image-$release" >/dev/null )
+  dpkg-deb --fsys-tarfile "$ktmp"/linux-image-"$release"_*.deb | tar -x -C "$ktmp" --wildcards \
+    './lib/modules/*/kernel/drivers/char/virtio_console.ko*'
+  mkdir -p "$DIR/lib/modules/$release/kernel/drivers/char"
+  for f in "$ktmp"/lib/modules/"$release"/kernel/drivers/char/virtio_console.ko*; do
+    cp "$f" "$DIR/lib/modules/$release/kernel/drivers/char/.${f##*/}.tmp"
+    mv "$DIR/lib/modules/$release/kernel/drivers/char/.${f##*/}.tmp" "$DIR/lib/modules/$release/kernel/drivers/char/${f##*/}"
+  done
 fi
 
 vmlinuz=$(ls "$DIR"/vmlinuz-* | head -1)

@@ -1,5 +1,6 @@
 //! A minimal complete `<domain type='qemu'>` for a directly booted kernel (local mode guests):
-//! name, uuid, memory, vcpu, os with kernel/initrd/cmdline, ACPI, a serial console and the NICs.
+//! name, uuid, memory, vcpu, os with kernel/initrd/cmdline, ACPI, a serial console, the NICs and
+//! qemu-guest-agent's channel.
 
 use serde::{Deserialize, Serialize};
 
@@ -109,9 +110,66 @@ pub struct Devices {
     /// Consoles.
     #[serde(rename = "console", default, skip_serializing_if = "Vec::is_empty")]
     pub consoles: Vec<Console>,
+    /// Channels (qemu-guest-agent's, [`guest_agent_channel`]).
+    #[serde(rename = "channel", default, skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<Channel>,
     /// `<memballoon model='none'/>`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memballoon: Option<MemBalloon>,
+}
+
+/// `<channel type='unix'>`: a virtio-serial port backed by a host Unix socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Channel {
+    /// `unix`.
+    #[serde(rename = "@type")]
+    pub kind: String,
+    /// `<source mode='bind' path>`: where QEMU listens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<ChannelSource>,
+    /// `<target type='virtio' name>`.
+    pub target: ChannelTarget,
+}
+
+/// `<source mode path>` of a channel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelSource {
+    /// `bind`: QEMU creates and listens on the socket.
+    #[serde(rename = "@mode")]
+    pub mode: String,
+    /// Socket path.
+    #[serde(rename = "@path")]
+    pub path: String,
+}
+
+/// `<target type name>` of a channel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelTarget {
+    /// `virtio`.
+    #[serde(rename = "@type")]
+    pub kind: String,
+    /// The port name the guest sees (`org.qemu.guest_agent.0`).
+    #[serde(rename = "@name")]
+    pub name: String,
+}
+
+/// The port name of qemu-guest-agent's channel (libvirt's and KubeVirt's).
+pub const GUEST_AGENT_CHANNEL: &str = "org.qemu.guest_agent.0";
+
+/// qemu-guest-agent's channel as KubeVirt defines it (`<channel type='unix'>` with target
+/// `virtio` `org.qemu.guest_agent.0`), QEMU listening on `socket`.
+pub fn guest_agent_channel(socket: &str) -> Channel {
+    Channel {
+        kind: "unix".to_string(),
+        source: Some(ChannelSource {
+            mode: "bind".to_string(),
+            path: socket.to_string(),
+        }),
+        target: ChannelTarget {
+            kind: "virtio".to_string(),
+            name: GUEST_AGENT_CHANNEL.to_string(),
+        },
+    }
 }
 
 /// `<serial type>`.
@@ -248,6 +306,7 @@ impl DirectKernelBoot {
                         port: 0,
                     }),
                 }],
+                channels: Vec::new(),
                 memballoon: Some(MemBalloon {
                     model: "none".to_string(),
                 }),

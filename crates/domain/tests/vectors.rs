@@ -338,3 +338,25 @@ fn full_domain_with_every_kind_of_nic_validates() {
     let back: weft_domain::Domain = from_xml("domain", &xml).unwrap();
     assert_eq!(back, domain);
 }
+
+#[test]
+fn domain_with_the_guest_agent_channel_validates() {
+    let mut domain = common::guest().domain(Vec::new(), Vec::new());
+    domain
+        .devices
+        .channels
+        .push(weft_domain::document::guest_agent_channel(
+            "/run/weft/vm1/vm1.qga.sock",
+        ));
+    let xml = domain.to_xml().unwrap();
+    assert!(
+        xml.contains(
+            "<channel type=\"unix\"><source mode=\"bind\" path=\"/run/weft/vm1/vm1.qga.sock\"></source>\
+             <target type=\"virtio\" name=\"org.qemu.guest_agent.0\"></target></channel>"
+        ),
+        "{xml}"
+    );
+    common::validate_domain(&xml);
+    let back: weft_domain::Domain = from_xml("domain", &xml).unwrap();
+    assert_eq!(back, domain);
+}

@@ -1,8 +1,11 @@
 //! The scripts inside the initramfs: `/init` and the udhcpc hook.
 //!
-//! `/init` loads the virtio modules, runs `udhcpc` on every `ethN`, runs the checks requested on
-//! the kernel command line, then prints a guest-agent line per interface every ~2 s (and retries
-//! DHCP on any NIC without an IPv4 address, which covers hot-plugged NICs). Report lines, parsed
+//! `/init` loads the virtio modules, starts qemu-guest-agent (when the image has it) on the
+//! virtio-serial port `org.qemu.guest_agent.0`, runs `udhcpc` on every `ethN`, runs the checks
+//! requested on the kernel command line, then prints an interface line per interface every ~2 s
+//! for the guest's own checks (and retries DHCP on any NIC without an IPv4 address, which covers
+//! hot-plugged NICs). The host's view of the guest (`status.interfaces`, `guestOSInfo`) comes
+//! from qemu-guest-agent ([`crate::qga`]), not from these lines. Report lines, parsed
 //! by [`crate::report`]: `WEFT-BOOT`, `WEFT-LEASE <if> <ip/prefix> key=value…`,
 //! `WEFT-LEASEFAIL <if>`, `WEFT-ROUTE <ip route line>`, `WEFT-READY`, `WEFT-CHECK …`,
 //! `WEFT-GA <if> <mac> <ip/prefix>…`, `WEFT-ERROR …`. Kernel command-line options it understands
@@ -55,6 +58,8 @@ mod tests {
             "WEFT-CHECK ping",
             "WEFT-GA",
             "timeout 10 wget",
+            "/usr/sbin/qemu-ga -m virtio-serial -p /dev/virtio-ports/org.qemu.guest_agent.0",
+            "/sys/class/virtio-ports/",
         ] {
             assert!(init.contains(marker), "{marker}");
         }

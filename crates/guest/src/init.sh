@@ -1,6 +1,7 @@
 #!/bin/busybox sh
-# weft guest /init: load virtio, lease every NIC over DHCP, run the checks asked for on the
-# kernel command line, then act as a tiny guest agent. Every report line starts with "WEFT-"
+# weft guest /init: load virtio, start qemu-guest-agent, lease every NIC over DHCP, run the
+# checks asked for on the kernel command line, then report the interfaces on the console (the
+# guest's own checks; the host's status comes from qemu-guest-agent). Every report line starts with "WEFT-"
 # and goes to the serial console (ttyS0), where the host parses it (crates/guest/src/report.rs).
 /bin/busybox mount -t proc proc /proc
 /bin/busybox mount -t sysfs sys /sys
@@ -18,6 +19,26 @@ for m in @MODULES@; do
   e=$(insmod /lib/modules/$m.ko 2>&1) || echo "WEFT-ERROR insmod $m: $e"
 done
 ip link set lo up
+
+# qemu-guest-agent on its virtio-serial port (no udev here: the /dev/virtio-ports/<name> link
+# udev would make is made from /sys/class/virtio-ports/*/name), in the background
+agent() {
+  n=0
+  while [ $n -lt 200 ]; do
+    for p in /sys/class/virtio-ports/*; do
+      [ "$(cat "$p/name" 2>/dev/null)" = org.qemu.guest_agent.0 ] || continue
+      mkdir -p /dev/virtio-ports
+      ln -sf "../${p##*/}" /dev/virtio-ports/org.qemu.guest_agent.0
+      /usr/sbin/qemu-ga -m virtio-serial -p /dev/virtio-ports/org.qemu.guest_agent.0 \
+        -t /run/qemu-ga -l /run/qemu-ga.log >/dev/null 2>&1 &
+      echo $! > /run/qemu-ga.pid
+      return
+    done
+    sleep 0.05; n=$((n+1))
+  done
+  echo "WEFT-ERROR qemu-ga: no virtio-serial port org.qemu.guest_agent.0"
+}
+if [ -x /usr/sbin/qemu-ga ]; then mkdir -p /run/qemu-ga; agent & fi
 n=0; while [ -z "$(ls /sys/class/net | grep '^eth')" ] && [ $n -lt 100 ]; do sleep 0.05; n=$((n+1)); done
 sleep 0.2
 NICS=$(ls /sys/class/net | grep '^eth' | sort | tr '\n' ' ')
@@ -29,8 +50,10 @@ dhcp() {
   udhcpc -f -q -n -t 10 -T 1 -A 1 -i "$1" -p "/run/udhcpc.$1.pid" -s /bin/udhcpc.script \
     -O mtu -O staticroutes -O search -O hostname -O domain >/dev/null 2>&1 &
 }
-for i in $NICS; do dhcp "$i"; done
-wait
+pids=
+for i in $NICS; do dhcp "$i"; pids="$pids $!"; done
+# only the DHCP clients: the agent starter is no reason to wait
+[ -n "$pids" ] && wait $pids
 ip route | while read -r route; do echo "WEFT-ROUTE $route"; done
 echo "WEFT-READY uptime=$(up) nics=$(echo $NICS | tr ' ' ',')"
 

@@ -1,5 +1,6 @@
 //! The guest's initramfs: a gzip'd newc cpio archive with busybox, `/dev/console`, the virtio
-//! modules and the scripts of [`crate::init`].
+//! modules, the scripts of [`crate::init`] and, when the host has it, qemu-guest-agent with its
+//! libraries ([`crate::agent`]).
 //!
 //! Deciding the archive's content ([`initramfs_entries`]) and encoding it ([`encode`]) are pure;
 //! [`build_initramfs`] only reads the input files and [`write_initramfs`] writes the result.
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use flate2::Compression;
 use flate2::write::GzEncoder;
 
+use crate::agent::{self, AgentError};
 use crate::init;
 use crate::kernel::GuestKernel;
 
@@ -30,6 +32,9 @@ pub enum InitramfsError {
     /// A module file name is not `<name>.ko`.
     #[error("module {0}: not a .ko file")]
     ModuleName(PathBuf),
+    /// qemu-guest-agent is installed but its files could not be collected.
+    #[error("qemu-guest-agent: {0}")]
+    Agent(#[from] AgentError),
 }
 
 /// What one archive member is.
@@ -57,7 +62,7 @@ pub struct Entry {
 }
 
 impl Entry {
-    fn dir(path: &str) -> Self {
+    pub(crate) fn dir(path: &str) -> Self {
         Self {
             path: path.into(),
             permissions: 0o755,
@@ -65,7 +70,7 @@ impl Entry {
         }
     }
 
-    fn file(path: &str, permissions: u32, contents: impl Into<Vec<u8>>) -> Self {
+    pub(crate) fn file(path: &str, permissions: u32, contents: impl Into<Vec<u8>>) -> Self {
         Self {
             path: path.into(),
             permissions,
@@ -87,7 +92,7 @@ impl Entry {
 
 /// The archive's members: directories, `/dev/console`, busybox (+ `/bin/sh`), the modules as
 /// `/lib/modules/<name>.ko` (`modules` are (name, contents), in load order), `/init`, the
-/// udhcpc hook and the httpd page.
+/// udhcpc hook, the httpd page and `/etc/os-release`.
 pub fn initramfs_entries(busybox: Vec<u8>, modules: Vec<(String, Vec<u8>)>) -> Vec<Entry> {
     let mut entries: Vec<Entry> = [
         "bin",
@@ -123,6 +128,7 @@ pub fn initramfs_entries(busybox: Vec<u8>, modules: Vec<(String, Vec<u8>)>) -> V
     entries.push(Entry::file("init", 0o755, init::init_script(&names)));
     entries.push(Entry::file("bin/udhcpc.script", 0o755, init::UDHCPC_SCRIPT));
     entries.push(Entry::file("www/index.html", 0o644, init::INDEX_HTML));
+    entries.push(Entry::file("etc/os-release", 0o644, agent::OS_RELEASE));
     entries
 }
 
@@ -153,8 +159,18 @@ pub fn encode(entries: &[Entry]) -> std::io::Result<Vec<u8>> {
     gzip.finish()
 }
 
-/// Reads busybox and the kernel's modules and builds the gzip'd archive.
+/// Reads busybox, the kernel's modules and qemu-guest-agent ([`agent::QEMU_GA`], left out
+/// when not installed) and builds the gzip'd archive.
 pub fn build_initramfs(kernel: &GuestKernel, busybox: &Path) -> Result<Vec<u8>, InitramfsError> {
+    build_initramfs_with_agent(kernel, busybox, Path::new(agent::QEMU_GA))
+}
+
+/// [`build_initramfs`] with the guest agent binary at `qemu_ga`.
+pub fn build_initramfs_with_agent(
+    kernel: &GuestKernel,
+    busybox: &Path,
+    qemu_ga: &Path,
+) -> Result<Vec<u8>, InitramfsError> {
     let read = |path: &Path| {
         std::fs::read(path).map_err(|source| InitramfsError::Io {
             path: path.to_path_buf(),
@@ -173,7 +189,11 @@ pub fn build_initramfs(kernel: &GuestKernel, busybox: &Path) -> Result<Vec<u8>, 
             Ok((name.to_string(), read(path)?))
         })
         .collect::<Result<Vec<_>, InitramfsError>>()?;
-    let entries = initramfs_entries(read(busybox)?, modules);
+    let mut entries = initramfs_entries(read(busybox)?, modules);
+    if let Some(files) = agent::agent_files(qemu_ga)? {
+        let extra = agent::agent_entries(&entries, files);
+        entries.extend(extra);
+    }
     encode(&entries).map_err(|source| InitramfsError::Io {
         path: PathBuf::from("<initramfs>"),
         source,
@@ -245,6 +265,24 @@ mod tests {
                 proptest::prop_assert_eq!(data, member.4.as_slice());
             }
         }
+    }
+
+    #[test]
+    fn without_qemu_ga_on_the_host_the_image_has_no_agent_but_builds() {
+        let dir = tempfile::tempdir().unwrap();
+        let (busybox, module) = (dir.path().join("busybox"), dir.path().join("virtio.ko"));
+        std::fs::write(&busybox, b"BB").unwrap();
+        std::fs::write(&module, b"m").unwrap();
+        let kernel = GuestKernel {
+            release: "6.1.0-test".into(),
+            vmlinux: dir.path().join("vmlinux"),
+            modules: vec![module],
+        };
+        let archive = build_initramfs_with_agent(&kernel, &busybox, &dir.path().join("no-qemu-ga")).unwrap();
+        let members = read_back(&archive);
+        assert!(members.iter().all(|m| m.0 != "usr/sbin/qemu-ga"));
+        let os = members.iter().find(|m| m.0 == "etc/os-release").unwrap();
+        assert_eq!(os.4, agent::OS_RELEASE.as_bytes());
     }
 
     #[test]

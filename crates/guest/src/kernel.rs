@@ -22,6 +22,11 @@ pub const VIRTIO_MODULES: [&str; 8] = [
     "virtio_net",
 ];
 
+/// Modules loaded after [`VIRTIO_MODULES`] when the cache has them: `virtio_console` gives the
+/// guest its virtio-serial ports, qemu-guest-agent's channel (a cache fetched before the agent
+/// lacks it; `fetch-kernel.sh` adds it).
+pub const AGENT_MODULES: [&str; 1] = ["virtio_console"];
+
 /// Errors locating the kernel; each names the path that is missing.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
@@ -53,7 +58,7 @@ pub struct GuestKernel {
     pub release: String,
     /// The uncompressed PVH-bootable kernel image.
     pub vmlinux: PathBuf,
-    /// The module files, in [`VIRTIO_MODULES`] order.
+    /// The module files, in [`VIRTIO_MODULES`] order, then the [`AGENT_MODULES`] found.
     pub modules: Vec<PathBuf>,
 }
 
@@ -86,7 +91,7 @@ pub fn locate_kernel(dir: &Path) -> Result<GuestKernel, KernelError> {
     let module_root = dir.join("lib/modules").join(&release).join("kernel");
     let mut candidates = Vec::new();
     collect_files(&module_root, &mut candidates).map_err(io(&module_root))?;
-    let modules = VIRTIO_MODULES
+    let mut modules: Vec<PathBuf> = VIRTIO_MODULES
         .iter()
         .map(|module| {
             candidates
@@ -99,6 +104,12 @@ pub fn locate_kernel(dir: &Path) -> Result<GuestKernel, KernelError> {
                 })
         })
         .collect::<Result<_, _>>()?;
+    modules.extend(AGENT_MODULES.iter().filter_map(|module| {
+        candidates
+            .iter()
+            .find(|path| module_file_name(path) == Some(module))
+            .cloned()
+    }));
     Ok(GuestKernel {
         vmlinux: dir.join(format!("vmlinux-{release}")),
         release,
@@ -152,6 +163,22 @@ mod tests {
             .map(|p| module_file_name(p).unwrap().to_string())
             .collect();
         assert_eq!(names, VIRTIO_MODULES);
+    }
+
+    #[test]
+    fn the_agent_module_follows_when_present() {
+        let cache = fake_cache(&VIRTIO_MODULES);
+        let char_dir = cache.path().join("lib/modules/6.1.0-test/kernel/drivers/char");
+        std::fs::create_dir_all(&char_dir).unwrap();
+        std::fs::write(char_dir.join("virtio_console.ko"), b"mod").unwrap();
+        let kernel = locate_kernel(cache.path()).unwrap();
+        let names: Vec<_> = kernel
+            .modules
+            .iter()
+            .map(|p| module_file_name(p).unwrap().to_string())
+            .collect();
+        assert_eq!(names.len(), VIRTIO_MODULES.len() + 1);
+        assert_eq!(names.last().unwrap(), "virtio_console");
     }
 
     #[test]

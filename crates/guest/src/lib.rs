@@ -1,16 +1,20 @@
-//! Local guests: the Debian kernel they boot, the busybox initramfs weft builds, the QEMU runner
-//! and the parser of the reports the guest prints on its serial console.
+//! Local guests: the Debian kernel they boot, the busybox initramfs weft builds, the QEMU runner,
+//! the parser of the reports the guest prints on its serial console and the client of its
+//! qemu-guest-agent.
 //!
 //! Layout: [`kernel`] finds a cached kernel (fetched by `fetch-kernel.sh`), [`initramfs`] builds
 //! the guest's root file system around [`init`]'s scripts, [`image`] does both in one call, [`qemu`] turns a [`qemu::GuestSpec`]
 //! into a QEMU command line and runs it inside a network namespace, and [`report`] reads what
-//! the guest printed back into typed reports.
+//! the guest printed back into typed reports. [`agent`] puts Debian's qemu-guest-agent into the
+//! image and [`qga`] talks to it over its virtio-serial channel.
 
+pub mod agent;
 pub mod image;
 pub mod init;
 pub mod initramfs;
 pub mod kernel;
 pub mod qemu;
+pub mod qga;
 pub mod qmp;
 pub mod report;
 

@@ -142,6 +142,9 @@ pub struct GuestSpec {
     pub run_dir: PathBuf,
     /// Empty PCIe root ports for NICs hot-plugged later ([`RunningGuest::hotplug_nic`]).
     pub hotplug_slots: u8,
+    /// The image runs qemu-guest-agent: give it its virtio-serial channel
+    /// ([`GuestSpec::qga_socket`]). Off for an image built without the agent.
+    pub guest_agent: bool,
 }
 
 impl GuestSpec {
@@ -156,6 +159,7 @@ impl GuestSpec {
             nics: Vec::new(),
             run_dir: run_dir.into(),
             hotplug_slots: 0,
+            guest_agent: true,
         }
     }
 
@@ -172,6 +176,12 @@ impl GuestSpec {
     /// The QMP control socket (hot-plug).
     pub fn qmp_socket(&self) -> PathBuf {
         self.run_dir.join(format!("{}.qmp", self.name))
+    }
+
+    /// qemu-guest-agent's channel: a Unix socket QEMU listens on, bridged to the guest's
+    /// virtio-serial port [`crate::agent::CHANNEL_NAME`] ([`crate::qga`] talks to it).
+    pub fn qga_socket(&self) -> PathBuf {
+        self.run_dir.join(format!("{}.qga.sock", self.name))
     }
 
     /// Where QEMU's own stdout/stderr go.
@@ -210,7 +220,7 @@ impl GuestSpec {
                 format!("{} MiB is too little (at least 64)", self.memory_mib),
             ));
         }
-        if self.qmp_socket().as_os_str().len() >= 108 {
+        if self.qga_socket().as_os_str().len() >= 108 {
             return Err(invalid(
                 "run_dir",
                 format!("{} is too long for a Unix socket path", self.run_dir.display()),
@@ -263,7 +273,9 @@ impl GuestSpec {
     /// The full QEMU argv (program first): q35, TCG (KVM is unusable on the target machines),
     /// PVH kernel boot, serial to a file, no display/monitor/default devices, no reboot (a
     /// guest panic or poweroff ends QEMU), each NIC a TAP netdev (vhost off: no
-    /// `/dev/vhost-net`) with an empty ROM file (no iPXE).
+    /// `/dev/vhost-net`) with an empty ROM file (no iPXE), and qemu-guest-agent's channel
+    /// last when [`GuestSpec::guest_agent`] (a virtio-serial port on a Unix socket, as libvirt
+    /// and KubeVirt attach it).
     pub fn argv(&self) -> Vec<String> {
         let mut argv: Vec<String> = [
             QEMU_BINARY,
@@ -325,6 +337,23 @@ impl GuestSpec {
                 format!("{},netdev=net{index},mac={},romfile=", nic.model, nic.mac),
             ]);
         }
+        if !self.guest_agent {
+            return argv;
+        }
+        argv.extend([
+            "-device".into(),
+            "virtio-serial-pci,id=virtio-serial0".into(),
+            "-chardev".into(),
+            format!(
+                "socket,path={},server=on,wait=off,id=qga0",
+                self.qga_socket().display()
+            ),
+            "-device".into(),
+            format!(
+                "virtserialport,bus=virtio-serial0.0,chardev=qga0,name={}",
+                crate::agent::CHANNEL_NAME
+            ),
+        ]);
         argv
     }
 }
@@ -575,6 +604,7 @@ impl RunningGuest {
             }
             let _ = std::fs::remove_file(self.spec.pidfile());
             let _ = std::fs::remove_file(self.spec.qmp_socket());
+            let _ = std::fs::remove_file(self.spec.qga_socket());
             return Ok(());
         }
         let Some(mut child) = self.child.take() else {
@@ -586,6 +616,7 @@ impl RunningGuest {
         child.wait()?;
         let _ = std::fs::remove_file(self.spec.pidfile());
         let _ = std::fs::remove_file(self.spec.qmp_socket());
+        let _ = std::fs::remove_file(self.spec.qga_socket());
         Ok(())
     }
 }
@@ -694,9 +725,15 @@ mod tests {
              -netdev tap,id=net0,ifname=tap0,script=no,downscript=no,vhost=off \
              -device virtio-net-pci,netdev=net0,mac=52:54:00:00:00:01,romfile= \
              -netdev tap,id=net1,ifname=tapabc,script=no,downscript=no,vhost=off \
-             -device virtio-net-pci,netdev=net1,mac=52:54:00:00:00:02,romfile="
+             -device virtio-net-pci,netdev=net1,mac=52:54:00:00:00:02,romfile= \
+             -device virtio-serial-pci,id=virtio-serial0 \
+             -chardev socket,path=/run/weft/vm1/vm1.qga.sock,server=on,wait=off,id=qga0 \
+             -device virtserialport,bus=virtio-serial0.0,chardev=qga0,name=org.qemu.guest_agent.0"
         );
         assert!(spec().validate().is_ok());
+        let mut without_agent = spec();
+        without_agent.guest_agent = false;
+        assert!(!without_agent.argv().join(" ").contains("virtio-serial"));
     }
 
     #[test]

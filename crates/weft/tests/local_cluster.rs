@@ -1,5 +1,6 @@
 //! End to end on the local cluster: `weft up` with the example VM (two NICs), the guest's
-//! leases and connectivity, then `weft down` restoring the host exactly.
+//! leases as qemu-guest-agent reports them, connectivity, then `weft down` restoring the host
+//! exactly.
 //!
 //! Tests named `exclusive_*` change host-wide state (they compare the host before and after),
 //! so scripts/test.sh runs them alone, after everything else.
@@ -12,6 +13,14 @@ use common::*;
 #[ignore = "needs root: scripts/test.sh runs it as root"]
 fn exclusive_up_runs_the_example_vm_and_down_restores_the_host() {
     if !root_or_skip("exclusive_up_runs_the_example_vm_and_down_restores_the_host") {
+        return;
+    }
+    // The guest's status comes from qemu-guest-agent, copied into the guest image from the host.
+    if !std::path::Path::new("/usr/sbin/qemu-ga").exists() {
+        weft_testing::skip(
+            "exclusive_up_runs_the_example_vm_and_down_restores_the_host",
+            "qemu-guest-agent is not installed (scripts/install-deps.sh)",
+        );
         return;
     }
     let before = host_snapshot();
@@ -86,6 +95,25 @@ fn exercise(state: &std::path::Path) {
         );
         assert!(!nic["mac"].as_str().unwrap_or("").is_empty(), "{network}: {nic}");
     }
+    // qemu-guest-agent answered (the guest-agent source above is its guest-network-get-interfaces):
+    // KubeVirt's AgentConnected condition and guestOSInfo from guest-get-osinfo.
+    let conditions = vmi["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c["type"] == "AgentConnected" && c["status"] == "True"),
+        "{vmi}"
+    );
+    let os = &vmi["status"]["guestOSInfo"];
+    assert_eq!(os["id"], "weft", "{vmi}");
+    assert_eq!(os["machine"], "x86_64", "{vmi}");
+    assert!(
+        os["kernelRelease"].as_str().unwrap_or("").ends_with("-amd64"),
+        "{vmi}"
+    );
     let data = interfaces.iter().find(|i| i["name"] == "data").unwrap();
     assert_eq!(
         data["podInterfaceName"], "pod3a6eb0790f3",

@@ -432,10 +432,16 @@ impl<'a> Context<'a> {
             } else {
                 &s.interface_name
             };
-            return Finding::ok(format!("the guest agent reports {} on {on}", s.ip_address));
+            return Finding::ok(format!("qemu-guest-agent reports {} on {on}", s.ip_address));
         }
         if self.no_guest() {
             return Finding::unchecked("not checked: no guest runs (weft up --no-guests)");
+        }
+        if crate::local::guest_agent::agent_absent(&self.snapshot.vmi) {
+            return Finding::unchecked(
+                "not checked: the guest image was built without qemu-guest-agent \
+                 (apt-get install qemu-guest-agent on the node, then restart the VM)",
+            );
         }
         if self.dhcp.is_none() {
             return Finding::unchecked("unknown: no guest report (not weft's local launcher)");
@@ -452,12 +458,25 @@ impl<'a> Context<'a> {
                 "check that the DHCP server answers on that NIC (stage 6) and the guest's MAC",
             );
         }
+        let agent_connected = self.snapshot.vmi.status.as_ref().is_some_and(|st| {
+            st.conditions
+                .iter()
+                .any(|c| c.type_ == "AgentConnected" && c.status == "True")
+        });
+        if !agent_connected {
+            return Finding::failed(
+                format!(
+                    "qemu-guest-agent does not answer (no AgentConnected condition): nothing reports {}'s address from inside the guest",
+                    self.interface.name
+                ),
+                "is qemu-ga running in the guest on the virtio-serial port org.qemu.guest_agent.0? \
+                 (a guest image built without qemu-guest-agent installed on the host has none: \
+                 apt-get install qemu-guest-agent; the serial log in the pod directory shows the guest's own WEFT- lines)",
+            );
+        }
         Finding::failed(
-            format!(
-                "the guest has not reported an address for {}",
-                self.interface.name
-            ),
-            "it got a lease but has not reported it: is the guest up and its agent running? \
+            format!("qemu-guest-agent reports no address for {}", self.interface.name),
+            "the agent answers but the guest NIC has no address yet: did its DHCP client get a lease? \
              (the serial log in the pod directory shows WEFT-LEASE lines)",
         )
     }

@@ -454,3 +454,46 @@ fn cni_errors_are_recognised() {
         "IPAM pool 10.1.0.0/30 of network n1 is exhausted (2 of 2 reserved)"
     );
 }
+
+#[test]
+fn a_guest_whose_agent_does_not_answer_is_told_to_check_qemu_guest_agent() {
+    // DHCP answered, but no guest-agent source: without the AgentConnected condition the
+    // reason is the agent itself.
+    let mut snapshot = healthy();
+    snapshot.vmi.status.as_mut().unwrap().interfaces[1].info_source = "domain, multus-status".into();
+    let guest = stage(&explain(&snapshot), "br1", Stage::GuestReport).clone();
+    assert_eq!(guest.outcome, Outcome::Failed);
+    assert!(
+        guest
+            .reason
+            .contains("qemu-guest-agent does not answer (no AgentConnected condition)"),
+        "{}",
+        guest.reason
+    );
+    assert!(guest.fix.contains("org.qemu.guest_agent.0"), "{}", guest.fix);
+    // Connected, but the NIC has no address in the agent's report.
+    snapshot
+        .vmi
+        .status
+        .as_mut()
+        .unwrap()
+        .conditions
+        .push(weft_vm::api::Condition {
+            type_: "AgentConnected".into(),
+            status: "True".into(),
+            ..Default::default()
+        });
+    let guest = stage(&explain(&snapshot), "br1", Stage::GuestReport).clone();
+    assert_eq!(guest.outcome, Outcome::Failed);
+    assert_eq!(guest.reason, "qemu-guest-agent reports no address for br1");
+    assert!(guest.fix.contains("DHCP client"), "{}", guest.fix);
+    // An image built without the agent: nothing to wait for, and said so.
+    crate::local::guest_agent::mark_absent(&mut snapshot.vmi.metadata.annotations, true);
+    let guest = stage(&explain(&snapshot), "br1", Stage::GuestReport).clone();
+    assert_eq!(guest.outcome, Outcome::NotChecked);
+    assert!(
+        guest.reason.contains("without qemu-guest-agent"),
+        "{}",
+        guest.reason
+    );
+}

@@ -76,7 +76,14 @@ pub fn render(vmi: &VirtualMachineInstance, nics: &[DomainNic], spec: &GuestSpec
         serial_log: Some(spec.serial_log().display().to_string()),
         emulator: Some("/usr/bin/qemu-system-x86_64".into()),
     };
-    boot.domain(interfaces, Vec::new())
-        .to_xml()
-        .unwrap_or_else(|e| format!("<!-- {e} -->\n"))
+    let mut domain = boot.domain(interfaces, Vec::new());
+    if spec.guest_agent {
+        domain
+            .devices
+            .channels
+            .push(weft_domain::document::guest_agent_channel(
+                &spec.qga_socket().display().to_string(),
+            ));
+    }
+    domain.to_xml().unwrap_or_else(|e| format!("<!-- {e} -->\n"))
 }

@@ -39,10 +39,14 @@ pub fn spec_for(
     dir: &Path,
 ) -> anyhow::Result<GuestSpec> {
     let kernel = weft_guest::locate_kernel(&weft_guest::kernel::kernel_dir()).context("guest kernel")?;
+    // Named by whether it carries qemu-guest-agent: installing or removing the package gives a
+    // new image, and the guest's spec says which it boots.
+    let guest_agent = weft_guest::agent::available();
+    let flavour = if guest_agent { "qga" } else { "noagent" };
     let initrd = agent
         .state_dir
         .join("guest")
-        .join(format!("initramfs-{}.cpio.gz", kernel.release));
+        .join(format!("initramfs-{}-{flavour}.cpio.gz", kernel.release));
     if !initrd.exists() {
         std::fs::create_dir_all(initrd.parent().unwrap_or(dir))?;
         let busybox = crate::local::which("busybox").context("busybox is missing")?;
@@ -51,6 +55,7 @@ pub fn spec_for(
         std::fs::rename(&tmp, &initrd)?;
     }
     let mut spec = GuestSpec::new(&vmi.metadata.name, &kernel.vmlinux, &initrd, dir);
+    spec.guest_agent = guest_agent;
     spec.cmdline_extras = check_words(vmi);
     spec.nics = nics
         .iter()

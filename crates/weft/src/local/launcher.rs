@@ -1,6 +1,7 @@
 //! The launcher role of the local agent (what virt-handler and virt-launcher do in KubeVirt):
 //! for each VMI interface, plan the wiring in the pod netns and apply it, serve its guest lease
-//! over DHCP, then boot the guest on the taps, and report domain and guest-agent status.
+//! over DHCP, then boot the guest on the taps, and report domain and guest-agent status (the
+//! guest agent is qemu-guest-agent, polled by [`crate::local::guest_agent`]).
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -42,6 +43,8 @@ pub struct LauncherState {
     pub boot_nics: Vec<DomainNic>,
     /// Interfaces whose first answered DHCP exchange was recorded as an Event.
     pub dhcp_announced: std::collections::BTreeSet<String>,
+    /// The guest's qemu-guest-agent, polled for the status.
+    pub guest_agent: crate::local::guest_agent::AgentPoller,
 }
 
 /// What a launcher records in its pod directory (`launcher.json`) so that a restarted agent
@@ -120,6 +123,7 @@ pub async fn adopt(
         dir: dir.to_path_buf(),
         boot_nics: record.boot_nics,
         dhcp_announced: Default::default(),
+        guest_agent: Default::default(),
     };
     let (agent2, pod2, vmi2, guest) = (agent.clone(), pod.clone(), vmi.clone(), record.guest);
     let taken = crate::local::blocking_with(&mut state, move |state| {
@@ -352,6 +356,7 @@ pub async fn start(
         dir: crate::local::kubelet::pod_dir(agent, vmi.namespace(), &pod.metadata.name),
         boot_nics: Vec::new(),
         dhcp_announced: Default::default(),
+        guest_agent: Default::default(),
     };
     let (agent2, vmi2) = (agent.clone(), vmi.clone());
     let wired = crate::local::blocking_with(&mut state, move |state| {
@@ -496,14 +501,31 @@ pub fn checks_summary(report: &weft_guest::GuestReport) -> String {
     serde_json::to_string(&checks).unwrap_or_default()
 }
 
-/// Update the VMI's status from the domain and the guest agent's reports: interfaces, the
-/// `Ready` condition (the guest has leased every NIC), and the guest's check results.
+/// Update the VMI's status from the domain and qemu-guest-agent: interfaces, `guestOSInfo`,
+/// the `AgentConnected` condition, the `Ready` condition (the guest has leased every NIC, from
+/// its serial report), and the guest's check results.
 pub async fn report(agent: &Arc<Agent>, namespace: &str, state: &mut LauncherState) -> anyhow::Result<()> {
-    // The guest agent's report is a QMP/serial round trip: off the async workers.
+    // The guest's serial report (its own checks, leases, Ready) is file I/O: off the async workers.
     let guest_report =
         crate::local::blocking_with(state, |state| state.guest.as_mut().and_then(|g| g.report().ok()))
             .await?;
-    let report = domain_report(state, guest_report.as_ref());
+    // qemu-guest-agent: a session on its own thread when due, never waited on here.
+    let agent_absent = state.guest.as_ref().is_some_and(|g| !g.spec().guest_agent);
+    match state
+        .guest
+        .as_ref()
+        .map(|g| g.spec())
+        .filter(|spec| spec.guest_agent)
+    {
+        Some(spec) => {
+            state
+                .guest_agent
+                .tick(&spec.qga_socket(), std::time::Instant::now());
+        }
+        None => state.guest_agent = Default::default(),
+    }
+    let agent_view = state.guest_agent.view();
+    let report = domain_report(state, &agent_view);
     let no_guest = state.guest.is_none();
     let ready = no_guest || guest_report.as_ref().is_some_and(|r| r.ready);
     let checks = guest_report.as_ref().map(checks_summary).filter(|c| c != "[]");
@@ -522,8 +544,10 @@ pub async fn report(agent: &Arc<Agent>, namespace: &str, state: &mut LauncherSta
             vmi.metadata
                 .annotations
                 .insert(crate::explain::DHCP_RECORD_ANNOTATION.into(), record_text.clone());
+            crate::local::guest_agent::mark_absent(&mut vmi.metadata.annotations, agent_absent);
             let status = vmi.status.get_or_insert_with(Default::default);
             status.interfaces = next;
+            crate::local::guest_agent::apply(status, &agent_view, &now);
             let wanted = if ready { "True" } else { "False" };
             match status.conditions.iter_mut().find(|c| c.type_ == "Ready") {
                 Some(c) if c.status == wanted => {}
@@ -628,10 +652,10 @@ pub fn dhcp_record(
     }
 }
 
-/// What the node knows of the domain: its NICs, the guest agent's interfaces, the pod IPs.
+/// What the node knows of the domain: its NICs, qemu-guest-agent's interfaces, the pod IPs.
 pub fn domain_report(
     state: &LauncherState,
-    guest: Option<&weft_guest::GuestReport>,
+    agent: &crate::local::guest_agent::AgentView,
 ) -> weft_vm::DomainReport {
     weft_vm::DomainReport {
         interfaces: state
@@ -643,22 +667,7 @@ pub fn domain_report(
                 ..Default::default()
             })
             .collect(),
-        guest_agent_interfaces: guest
-            .map(|g| {
-                g.agent_interfaces
-                    .iter()
-                    .map(|i| {
-                        let ips: Vec<String> = i.addresses.iter().map(|a| a.addr().to_string()).collect();
-                        weft_vm::status::GuestAgentInterface {
-                            mac: i.mac.clone(),
-                            ip: ips.first().cloned().unwrap_or_default(),
-                            ips,
-                            interface_name: i.name.clone(),
-                        }
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
+        guest_agent_interfaces: agent.interfaces.clone(),
         pod_interface_cache: state
             .pod_ips
             .iter()

@@ -3,6 +3,7 @@
 
 mod domain;
 mod guest;
+pub mod guest_agent;
 pub mod kubelet;
 mod launcher;
 mod network;
