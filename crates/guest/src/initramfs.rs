@@ -57,7 +57,7 @@ pub struct Entry {
 }
 
 impl Entry {
-    fn dir(path: &str) -> Self {
+    pub(crate) fn dir(path: &str) -> Self {
         Self {
             path: path.into(),
             permissions: 0o755,
@@ -65,7 +65,7 @@ impl Entry {
         }
     }
 
-    fn file(path: &str, permissions: u32, contents: impl Into<Vec<u8>>) -> Self {
+    pub(crate) fn file(path: &str, permissions: u32, contents: impl Into<Vec<u8>>) -> Self {
         Self {
             path: path.into(),
             permissions,
@@ -173,7 +173,17 @@ pub fn build_initramfs(kernel: &GuestKernel, busybox: &Path) -> Result<Vec<u8>, 
             Ok((name.to_string(), read(path)?))
         })
         .collect::<Result<Vec<_>, InitramfsError>>()?;
-    let entries = initramfs_entries(read(busybox)?, modules);
+    let mut entries = initramfs_entries(read(busybox)?, modules);
+    // The IPv6 client, when the host has it (crate::dhcpcd).
+    let dhcpcd = Path::new(crate::dhcpcd::DEFAULT_DHCPCD);
+    entries.extend(
+        crate::dhcpcd::host_dhcpcd(dhcpcd)
+            .map_err(|source| InitramfsError::Io {
+                path: dhcpcd.to_path_buf(),
+                source,
+            })?
+            .unwrap_or_default(),
+    );
     encode(&entries).map_err(|source| InitramfsError::Io {
         path: PathBuf::from("<initramfs>"),
         source,

@@ -238,14 +238,20 @@ mod tests {
                 Some("192.168.100.10/24".parse().unwrap()),
                 Some("fd00:100::10/64".parse().unwrap()),
             ),
-            &[route("0.0.0.0/0", Some("192.168.100.1")), route("::/0", Some("fd00:100::1"))],
+            &[
+                route("0.0.0.0/0", Some("192.168.100.1")),
+                route("::/0", Some("fd00:100::1")),
+            ],
             1450,
         )
         .unwrap();
         let v6 = lease.ipv6.unwrap();
         assert_eq!(v6.address, "fd00:100::10/64".parse::<Ipv6Net>().unwrap());
         assert_eq!(v6.on_link_prefix(), "fd00:100::/64".parse::<Ipv6Net>().unwrap());
-        assert_eq!(lease.ipv4.as_ref().unwrap().router, Some(Ipv4Addr::new(192, 168, 100, 1)));
+        assert_eq!(
+            lease.ipv4.as_ref().unwrap().router,
+            Some(Ipv4Addr::new(192, 168, 100, 1))
+        );
         assert_eq!(
             lease.servers(),
             [
@@ -276,7 +282,14 @@ mod tests {
         assert_eq!(bridge_lease("k6t-net1", None, MAC, (None, None), &[], 1500), None);
         // An IPv4 pod address without a server address (managedTap) serves nothing over v4.
         assert_eq!(
-            bridge_lease("k6t-net1", None, MAC, (Some("10.0.0.2/24".parse().unwrap()), None), &[], 1500),
+            bridge_lease(
+                "k6t-net1",
+                None,
+                MAC,
+                (Some("10.0.0.2/24".parse().unwrap()), None),
+                &[],
+                1500
+            ),
             None
         );
     }

@@ -486,7 +486,10 @@ mod tests {
         // KubeVirt serves nothing here (kubevirt #7979); weft hands the IPv6 to the guest.
         let lease = plan.lease.as_ref().expect("an IPv6 lease");
         assert!(lease.ipv4.is_none());
-        assert_eq!(lease.ipv6.unwrap().address, "fd00::5/64".parse::<Ipv6Net>().unwrap());
+        assert_eq!(
+            lease.ipv6.unwrap().address,
+            "fd00::5/64".parse::<Ipv6Net>().unwrap()
+        );
         assert!(plan.pod_ips.is_empty());
         assert!(
             !plan
