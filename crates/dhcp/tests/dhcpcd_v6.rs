@@ -6,7 +6,8 @@
 //! route and no default route.
 //!
 //! netns "pod": bridge wt-br0 (MAC 02:00:00:00:00:00, fd10:0:2::1/120) with port wt-v0 standing
-//! in for the guest's tap; netns "guest": eth0 with the guest's MAC, where dhcpcd runs.
+//! in for the guest's tap; netns "guest": eth0 with the guest's MAC, where dhcpcd runs. In the
+//! first test a neighbour on another bridge port must not hear the guest's advertisements.
 
 use weft_testing as common;
 
@@ -118,6 +119,13 @@ fn dhcpcd_gets_the_address_and_a_default_route_via_the_bridge() {
     }
     let dir = tempfile::tempdir().unwrap();
     let (pod, guest) = setup("d6r");
+    let neighbour = Netns::new("d6rn");
+    for key in ["all.accept_dad=0", "default.accept_dad=0", "default.accept_ra=1"] {
+        neighbour.exec(&["sysctl", "-qw", &format!("net.ipv6.conf.{key}")]);
+    }
+    pod.add_veth("wt-v1", &neighbour, "eth0");
+    pod.ip(&["link", "set", "wt-v1", "master", "wt-br0", "up"]);
+    neighbour.ip(&["link", "set", "eth0", "up"]);
     let sockets = bind_in_netns(&pod.path(), || bind_guest_v6("wt-br0", "wt-v0")).unwrap();
     let server = spawn_guest_v6(sockets, V6Config::new("fd10:0:2::2".parse().unwrap()), GUEST).unwrap();
     let socket = bind_in_netns(&pod.path(), || bind_ra("wt-v0")).unwrap();
@@ -145,6 +153,14 @@ fn dhcpcd_gets_the_address_and_a_default_route_via_the_bridge() {
         "fd10:0:2::/120",
         "on-link prefix route",
         &log,
+    );
+    // A neighbour on the same bridge (on the bridge binding: the pod's L2 network), up before
+    // the first advertisement and accepting advertisements, heard none of those the guest got:
+    // they go into the guest's port only.
+    let heard = String::from_utf8_lossy(&neighbour.ip(&["-6", "route"]).stdout).into_owned();
+    assert!(
+        !heard.contains("fd10:0:2::/120") && !heard.contains("default"),
+        "the neighbour got the guest's advertisement:\n{heard}"
     );
     // The bridge's own link-local is the advertised router: the default route resolves.
     let bridge =

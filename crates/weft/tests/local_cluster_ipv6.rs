@@ -99,6 +99,9 @@ fn exercise(state: &Path) {
     let up = weft(state, &["up", "--ipv6", "--nodes", "2", "--timeout", "240"]);
     assert!(up.status.success(), "weft up --ipv6 failed:\n{}", text(&up));
 
+    // IPv4 is as it was, in the same guest (DHCPv4 beside dhcpcd).
+    let ping4 = wait_for_check(state, "vm1", "ping", "172.31.255.254");
+    assert_eq!(ping4["ok"], true, "{ping4}");
     // Masquerade: IPv6 to the remote host through NAT66, on the default route the RA gave.
     let ping = wait_for_check(state, "vm1", "ping", "fd00:31::fe");
     let report = serial_report(state, "vm1");
