@@ -39,9 +39,9 @@ for i in $NICS; do echo 1 > /proc/sys/net/ipv6/conf/$i/accept_ra; done 2>/dev/nu
 if [ -x /sbin/dhcpcd ]; then
   mkdir -p /var/lib/dhcpcd /run/dhcpcd
   u=$(tr -d '-' < /proc/sys/kernel/random/uuid | sed 's/../&:/g; s/:$//')
-  printf 'nodev\nipv6only\nnoipv4ll\nlogfile /run/dhcpcd.log\nduid 00:04:%s\n' "$u" > /etc/dhcpcd.conf
   # nodev: without its /dev plugin (udev) dhcpcd 9.4.1 dereferences a null device manager
   # and crashes on its first send unless told not to use one
+  printf 'nodev\nipv6only\nnoipv4ll\nlogfile /run/dhcpcd.log\nduid 00:04:%s\n' "$u" > /etc/dhcpcd.conf
   /sbin/dhcpcd -6 -B -d -f /etc/dhcpcd.conf -c /bin/dhcpcd.script >/run/dhcpcd.out 2>&1 &
 fi
 # before an IPv6 check: wait (up to 20 s) for a route to it whose source address is global
