@@ -13,6 +13,7 @@ export DEBIAN_FRONTEND=noninteractive
 pkgs=(containernetworking-plugins nftables iproute2 busybox-static dnsmasq-base cpio jq xz-utils
       podman runc libvirt-clients libxml2-utils iptables procps curl
       qemu-guest-agent)
+pkgs+=(dhcpcd-base)  # the guest's DHCPv6/router-advertisement client (weft up --ipv6)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p"); done
 need_qemu=0

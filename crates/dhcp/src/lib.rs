@@ -10,11 +10,13 @@
 //! [`server`] the thin socket loop that runs it, and [`v6`] the DHCPv6 counterpart for
 //! masquerade. [`guard`] decides which requests a guest NIC's server may answer at all (only
 //! its guest's MAC, on its tap; KubeVirt answers any), and [`tap`] holds the sockets that let
-//! the loop see a request's Ethernet source and ingress interface ([`spawn_guest`]).
+//! the loop see a request's Ethernet source and ingress interface ([`spawn_guest`]). [`ra`]
+//! sends router advertisements into a guest's tap (KubeVirt sends none).
 
 pub mod config;
 pub mod guard;
 pub mod options;
+pub mod ra;
 pub mod resolv;
 pub mod server;
 pub mod tap;
@@ -22,6 +24,7 @@ pub mod v4;
 pub mod v6;
 
 pub use config::{ClasslessRoute, ConfigError, ServerConfig, masquerade_addresses};
+pub use ra::{RaConfig, RaHandle, bind_ra, spawn_ra};
 pub use server::{
     ServerHandle, bind_in_netns, bind_server_socket, bind_server_socket_v6, serve, serve_v6, spawn,
     spawn_guest, spawn_guest_v6, spawn_v6,

@@ -83,6 +83,18 @@ const FILTER_V6: [libc::sock_filter; 8] = [
     op(RET_K, 0, 0, 0),
 ];
 
+/// Router solicitations for [`crate::ra`]: IPv6, next header ICMPv6, type 133.
+pub(crate) const FILTER_RS: [libc::sock_filter; 8] = [
+    op(LD_H_ABS, 0, 0, 12),
+    op(JEQ_K, 0, 5, 0x86dd),
+    op(LD_B_ABS, 0, 0, 20),
+    op(JEQ_K, 0, 3, 58),
+    op(LD_B_ABS, 0, 0, 54),
+    op(JEQ_K, 0, 1, 133),
+    op(RET_K, 0, 0, ACCEPT),
+    op(RET_K, 0, 0, 0),
+];
+
 const DROP_ALL: [libc::sock_filter; 1] = [op(RET_K, 0, 0, 0)];
 
 fn attach_filter(fd: i32, program: &[libc::sock_filter]) -> io::Result<()> {
@@ -108,7 +120,7 @@ fn attach_filter(fd: i32, program: &[libc::sock_filter]) -> io::Result<()> {
 
 /// A packet socket (all protocols: a bridge port's frames reach protocol-specific packet
 /// sockets only after the bridge consumed them, that is never) on `tap`, with `program`.
-fn packet_socket(tap: &str, program: &[libc::sock_filter]) -> io::Result<(OwnedFd, i32)> {
+pub(crate) fn packet_socket(tap: &str, program: &[libc::sock_filter]) -> io::Result<(OwnedFd, i32)> {
     let index = ifindex(tap)? as i32;
     let protocol = (libc::ETH_P_ALL as u16).to_be();
     // SAFETY: plain socket(2); the fd is owned right away.

@@ -8,7 +8,9 @@
 //! from qemu-guest-agent ([`crate::qga`]), not from these lines. Report lines, parsed
 //! by [`crate::report`]: `WEFT-BOOT`, `WEFT-LEASE <if> <ip/prefix> key=value…`,
 //! `WEFT-LEASEFAIL <if>`, `WEFT-ROUTE <ip route line>`, `WEFT-READY`, `WEFT-CHECK …`,
-//! `WEFT-GA <if> <mac> <ip/prefix>…`, `WEFT-ERROR …`. Kernel command-line options it understands
+//! `WEFT-GA <if> <mac> <ip/prefix>…`, `WEFT-ERROR …`; with IPv6 (dhcpcd, [`crate::dhcpcd`])
+//! `WEFT-LEASE6 <if> <ip/prefix> router=… dns=…` and, when a ping target is IPv6,
+//! `WEFT-ROUTE6 <ip -6 route line>` once a route to it is in ([`crate::lease6`]). Kernel command-line options it understands
 //! (comma-separated lists):
 //!
 //! | option | effect | report |
@@ -65,5 +67,7 @@ mod tests {
         }
         assert!(!init.contains("wget -T"), "busybox wget -T segfaults");
         assert!(UDHCPC_SCRIPT.contains("WEFT-LEASE $interface"));
+        assert!(init.contains("dhcpcd -6") && init.contains("WEFT-ROUTE6"));
+        assert!(crate::dhcpcd::DHCPCD_SCRIPT.contains("WEFT-LEASE6 $interface"));
     }
 }

@@ -54,6 +54,38 @@ pids=
 for i in $NICS; do dhcp "$i"; pids="$pids $!"; done
 # only the DHCP clients: the agent starter is no reason to wait
 [ -n "$pids" ] && wait $pids
+
+# IPv6 (weft up --ipv6): follow router advertisements and lease over DHCPv6 with dhcpcd (all
+# NICs, hot-plugged ones too; /bin/dhcpcd.script reports WEFT-LEASE6). One DUID-UUID for the
+# guest: a link-layer DUID would name one NIC's MAC on every NIC.
+for i in $NICS; do echo 1 > /proc/sys/net/ipv6/conf/$i/accept_ra; done 2>/dev/null
+if [ -x /sbin/dhcpcd ]; then
+  mkdir -p /var/lib/dhcpcd /run/dhcpcd
+  u=$(tr -d '-' < /proc/sys/kernel/random/uuid | sed 's/../&:/g; s/:$//')
+  # nodev: without its /dev plugin (udev) dhcpcd 9.4.1 dereferences a null device manager
+  # and crashes on its first send unless told not to use one
+  printf 'nodev\nipv6only\nnoipv4ll\nlogfile /run/dhcpcd.log\nduid 00:04:%s\n' "$u" > /etc/dhcpcd.conf
+  /sbin/dhcpcd -6 -B -d -f /etc/dhcpcd.conf -c /bin/dhcpcd.script >/run/dhcpcd.out 2>&1 &
+fi
+# before an IPv6 check: wait (up to 20 s) for a route to it whose source address is global
+# and out of duplicate address detection
+v6ready() {
+  n=0
+  while [ $n -lt 200 ]; do
+    s=$(ip -6 route get "$1" 2>/dev/null | sed -n 's/.* src \([^ ]*\).*/\1/p')
+    case "$s" in
+      ""|fe80:*) ;;
+      *) ip -6 -o addr show | grep " $s/" | grep -qv tentative && return 0 ;;
+    esac
+    sleep 0.1; n=$((n+1))
+  done
+  return 1
+}
+v6targets=$(for t in $(arg ping); do case $t in *:*) echo "$t";; esac; done)
+for t in $v6targets; do
+  v6ready "$t" || tail -n 20 /run/dhcpcd.log 2>/dev/null | while read -r l; do echo "WEFT-ERROR dhcpcd: $l"; done
+done
+[ -n "$v6targets" ] && ip -6 route | while read -r route; do echo "WEFT-ROUTE6 $route"; done
 ip route | while read -r route; do echo "WEFT-ROUTE $route"; done
 echo "WEFT-READY uptime=$(up) nics=$(echo $NICS | tr ' ' ',')"
 

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use flate2::Compression;
 use flate2::write::GzEncoder;
 
-use crate::agent::{self, AgentError};
+use crate::agent;
+use crate::bundle::BundleError;
 use crate::init;
 use crate::kernel::GuestKernel;
 
@@ -32,9 +33,10 @@ pub enum InitramfsError {
     /// A module file name is not `<name>.ko`.
     #[error("module {0}: not a .ko file")]
     ModuleName(PathBuf),
-    /// qemu-guest-agent is installed but its files could not be collected.
-    #[error("qemu-guest-agent: {0}")]
-    Agent(#[from] AgentError),
+    /// A host binary the image carries (qemu-guest-agent, dhcpcd) is installed but its files
+    /// could not be collected.
+    #[error("guest image: {0}")]
+    Bundle(#[from] BundleError),
 }
 
 /// What one archive member is.
@@ -191,7 +193,12 @@ pub fn build_initramfs_with_agent(
         .collect::<Result<Vec<_>, InitramfsError>>()?;
     let mut entries = initramfs_entries(read(busybox)?, modules);
     if let Some(files) = agent::agent_files(qemu_ga)? {
-        let extra = agent::agent_entries(&entries, files);
+        let extra = crate::bundle::entries(&entries, files);
+        entries.extend(extra);
+    }
+    // The IPv6 client, when the host has it (crate::dhcpcd).
+    let dhcpcd = Path::new(crate::dhcpcd::DEFAULT_DHCPCD);
+    if let Some(extra) = crate::dhcpcd::host_dhcpcd(dhcpcd, &entries)? {
         entries.extend(extra);
     }
     encode(&entries).map_err(|source| InitramfsError::Io {

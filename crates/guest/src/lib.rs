@@ -5,14 +5,19 @@
 //! Layout: [`kernel`] finds a cached kernel (fetched by `fetch-kernel.sh`), [`initramfs`] builds
 //! the guest's root file system around [`init`]'s scripts, [`image`] does both in one call, [`qemu`] turns a [`qemu::GuestSpec`]
 //! into a QEMU command line and runs it inside a network namespace, and [`report`] reads what
-//! the guest printed back into typed reports. [`agent`] puts Debian's qemu-guest-agent into the
-//! image and [`qga`] talks to it over its virtio-serial channel.
+//! the guest printed back into typed reports ([`lease6`] its IPv6 ones). [`agent`] puts
+//! Debian's qemu-guest-agent into the image and [`qga`] talks to it over its virtio-serial
+//! channel; [`dhcpcd`] is the guest's IPv6 client; [`bundle`] brings a host binary and its
+//! libraries into the image.
 
 pub mod agent;
+pub mod bundle;
+pub mod dhcpcd;
 pub mod image;
 pub mod init;
 pub mod initramfs;
 pub mod kernel;
+pub mod lease6;
 pub mod qemu;
 pub mod qga;
 pub mod qmp;

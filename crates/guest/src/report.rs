@@ -102,12 +102,24 @@ pub struct GuestReport {
     pub errors: Vec<String>,
     /// `WEFT-` lines that did not parse.
     pub unparsed: Vec<String>,
+    /// DHCPv6 leases, in the order they were obtained (`WEFT-LEASE6`).
+    pub leases6: Vec<crate::lease6::Lease6>,
+    /// The guest's IPv6 routing table once its IPv6 leases were in (`WEFT-ROUTE6`).
+    pub routes6: Vec<String>,
 }
 
 impl GuestReport {
     /// The lease of `interface`, if any (the latest one).
     pub fn lease(&self, interface: &str) -> Option<&Lease> {
         self.leases
+            .iter()
+            .rev()
+            .find(|lease| lease.interface == interface)
+    }
+
+    /// The DHCPv6 lease of `interface`, if any (the latest one).
+    pub fn lease6(&self, interface: &str) -> Option<&crate::lease6::Lease6> {
+        self.leases6
             .iter()
             .rev()
             .find(|lease| lease.interface == interface)
@@ -197,6 +209,8 @@ fn parse_line(line: &str, report: &mut GuestReport) -> Option<()> {
         "WEFT-BOOT" => report.booted = true,
         "WEFT-READY" => report.ready = true,
         "WEFT-LEASE" => report.leases.push(parse_lease(words)?),
+        "WEFT-LEASE6" => report.leases6.push(crate::lease6::parse_lease6(words)?),
+        "WEFT-ROUTE6" => report.routes6.push(words.collect::<Vec<_>>().join(" ")),
         "WEFT-LEASEFAIL" => report.lease_failures.push(words.next()?.to_string()),
         "WEFT-ERROR" => report.errors.push(words.collect::<Vec<_>>().join(" ")),
         "WEFT-ROUTE" => report.routes.push(words.collect::<Vec<_>>().join(" ")),

@@ -313,12 +313,13 @@ fn plan_bridge(request: &WiringRequest, names: LinkNames, dhcp: bool) -> Result<
     }
 
     let guest_mac = request.guest_mac.unwrap_or(link.mac);
+    // managedTap runs no server at all (no fake IP); otherwise both families are served.
     let lease = match fake_ip {
         Some(fake_ip) => bridge_lease(
             &bridge,
-            fake_ip.addr(),
+            Some(fake_ip.addr()),
             guest_mac,
-            pod_ipv4,
+            (pod_ipv4, link.global_ipv6()),
             &link.routes,
             mtu16(link.mtu),
         ),
@@ -482,9 +483,15 @@ mod tests {
     }
 
     #[test]
-    fn bridge_without_ipv4_has_no_lease_fake_ip_or_arp_ignore() {
+    fn bridge_without_ipv4_has_no_fake_ip_or_arp_ignore_and_serves_dhcpv6() {
         let plan = plan_wiring(&bridge_request(link(&["fd00::5/64"], &[]), 2)).unwrap();
-        assert_eq!(plan.lease, None);
+        // KubeVirt serves nothing here (kubevirt #7979); weft hands the IPv6 to the guest.
+        let lease = plan.lease.as_ref().expect("an IPv6 lease");
+        assert!(lease.ipv4.is_none());
+        assert_eq!(
+            lease.ipv6.unwrap().address,
+            "fd00::5/64".parse::<Ipv6Net>().unwrap()
+        );
         assert!(plan.pod_ips.is_empty());
         assert!(
             !plan

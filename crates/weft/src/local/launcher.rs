@@ -31,6 +31,8 @@ pub struct LauncherState {
     pub plans: Vec<WiringPlan>,
     /// DHCP servers by interface name (stopped on drop).
     pub dhcp: std::collections::BTreeMap<String, weft_dhcp::ServerHandle>,
+    /// DHCPv6 servers and router advertisers by interface name (stopped on drop).
+    pub dhcp6: std::collections::BTreeMap<String, crate::local::guest_v6::V6Servers>,
     /// The guest, when one runs.
     pub guest: Option<weft_guest::RunningGuest>,
     /// Domain interfaces (network name, MAC, tap).
@@ -117,6 +119,7 @@ pub async fn adopt(
         netns_path: record.netns_path,
         plans: record.plans,
         dhcp: Default::default(),
+        dhcp6: Default::default(),
         guest: None,
         domain: record.domain,
         pod_ips: record.pod_ips,
@@ -182,6 +185,9 @@ fn serve_dhcp(
     lease: GuestLease,
     statuses: &[weft_netconf::NetworkStatus],
 ) -> anyhow::Result<()> {
+    if let Some(servers) = crate::local::guest_v6::serve(netns, tap, &lease, statuses)? {
+        state.dhcp6.insert(interface.to_string(), servers);
+    }
     let default = statuses.iter().find(|s| s.default);
     let dns: Vec<Ipv4Addr> = default
         .map(|s| s.dns.nameservers.iter().filter_map(|n| n.parse().ok()).collect())
@@ -350,6 +356,7 @@ pub async fn start(
         netns_path: sandbox.netns_path(),
         plans: Vec::new(),
         dhcp: Default::default(),
+        dhcp6: Default::default(),
         guest: None,
         domain: Vec::new(),
         pod_ips: Default::default(),
@@ -479,6 +486,7 @@ fn apply_hotplug(
         if let Some(server) = state.dhcp.remove(&name) {
             let _ = server.stop();
         }
+        state.dhcp6.remove(&name);
         state.pod_ips.remove(&name);
         changes += 1;
     }

@@ -4,6 +4,7 @@
 mod domain;
 mod guest;
 pub mod guest_agent;
+mod guest_v6;
 pub mod kubelet;
 mod launcher;
 mod network;
@@ -73,6 +74,10 @@ pub struct UpArgs {
     /// Return as soon as the cluster is up (don't wait for VMs).
     #[arg(long)]
     pub no_wait: bool,
+    /// Dual-stack: IPv6 on the underlay, the remote host and the cluster network, and (by
+    /// default) the dual-stack examples of examples/ipv6.
+    #[arg(long)]
+    pub ipv6: bool,
 }
 
 fn examples_dir() -> PathBuf {
@@ -125,7 +130,9 @@ fn read_manifests(paths: &[PathBuf]) -> anyhow::Result<Vec<weft_store::Object>> 
 
 /// `weft up`.
 pub async fn up(state: &Path, args: UpArgs) -> anyhow::Result<i32> {
-    let files = if args.files.is_empty() {
+    let files = if args.files.is_empty() && args.ipv6 {
+        vec![examples_dir().join("ipv6")]
+    } else if args.files.is_empty() {
         vec![examples_dir()]
     } else {
         args.files.clone()
@@ -146,6 +153,9 @@ pub async fn up(state: &Path, args: UpArgs) -> anyhow::Result<i32> {
     let existing = weft_host::Netns::list_named().context("list network namespaces")?;
     let mut topology = Topology::new(state, &topology::new_cluster_id(&existing), args.nodes);
     topology.no_guests = args.no_guests;
+    if args.ipv6 {
+        topology = topology.with_ipv6();
+    }
     std::fs::write(Topology::file(state), serde_json::to_vec_pretty(&topology)?)?;
     match bring_up(&topology, objects).await {
         Ok(()) => {}

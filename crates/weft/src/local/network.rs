@@ -9,7 +9,9 @@ use ipnet::IpNet;
 use weft_host::{FLOOD_MAC, FdbEntry, Netlink, Netns, Vxlan};
 
 use super::processes;
-use super::topology::{DATA_BRIDGE, DATA_VNI, REMOTE_HTTP_PORT, Topology, UNDERLAY_PREFIX_LEN};
+use super::topology::{
+    DATA_BRIDGE, DATA_VNI, REMOTE_HTTP_PORT, Topology, UNDERLAY_PREFIX_LEN, UNDERLAY_PREFIX_LEN_V6,
+};
 
 const UNDERLAY_BRIDGE: &str = "ul0";
 const VXLAN_DEV: &str = "vx-data";
@@ -45,6 +47,11 @@ fn create_blocking(topology: &Topology) -> anyhow::Result<()> {
     let mut rn = Netlink::open_in(&remote)?;
     rn.set_up("lo")?;
     rn.add_address("eth0", ip_net(topology.remote_ip, UNDERLAY_PREFIX_LEN)?)?;
+    if let Some(ip6) = topology.remote_ip6 {
+        // No duplicate address detection on this private link: the address is usable at once.
+        write_sysctl(&remote, "net.ipv6.conf.eth0.accept_dad", "0")?;
+        rn.add_address("eth0", IpNet::new(IpAddr::V6(ip6), UNDERLAY_PREFIX_LEN_V6)?)?;
+    }
     rn.set_up("eth0")?;
     let www = topology.state_dir.join("remote/www");
     std::fs::create_dir_all(&www)?;
@@ -69,6 +76,11 @@ fn create_blocking(topology: &Topology) -> anyhow::Result<()> {
         let mut nl = Netlink::open_in(&ns)?;
         nl.set_up("lo")?;
         nl.add_address("ul", ip_net(node.underlay_ip, UNDERLAY_PREFIX_LEN)?)?;
+        if let Some(ip6) = node.underlay_ip6 {
+            write_sysctl(&ns, "net.ipv6.conf.ul.accept_dad", "0")?;
+            nl.add_address("ul", IpNet::new(IpAddr::V6(ip6), UNDERLAY_PREFIX_LEN_V6)?)?;
+            write_sysctl(&ns, "net.ipv6.conf.all.forwarding", "1")?;
+        }
         nl.set_up("ul")?;
         write_sysctl(&ns, "net.ipv4.ip_forward", "1")?;
         nl.create_bridge(DATA_BRIDGE)?;

@@ -1,7 +1,7 @@
 //! The local cluster's layout as data: names, addresses and files, decided before anything is
 //! created (so `up` can be validated first and `down` knows exactly what to remove).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -14,6 +14,8 @@ pub const UNDERLAY_PREFIX_LEN: u8 = 24;
 pub const DATA_VNI: u32 = 100;
 /// Name of the secondary network bridge inside each node.
 pub const DATA_BRIDGE: &str = "br-data";
+/// IPv6 underlay prefix length (`weft up --ipv6`).
+pub const UNDERLAY_PREFIX_LEN_V6: u8 = 64;
 /// Port the remote host's HTTP server listens on.
 pub const REMOTE_HTTP_PORT: u16 = 8080;
 
@@ -30,6 +32,12 @@ pub struct NodePlan {
     pub underlay_port: String,
     /// Pod CIDR of the cluster network on this node (`10.244.N.0/24`).
     pub pod_cidr: String,
+    /// IPv6 pod CIDR of the cluster network on this node (`fd10:244:N::/64`), dual-stack only.
+    #[serde(default)]
+    pub pod_cidr_v6: Option<String>,
+    /// Its IPv6 address on the underlay (`fd00:31::N`), dual-stack only.
+    #[serde(default)]
+    pub underlay_ip6: Option<Ipv6Addr>,
     /// Directory with the node's socket, configs, cache, logs.
     pub dir: PathBuf,
 }
@@ -67,6 +75,9 @@ pub struct Topology {
     pub remote_netns: String,
     /// Remote host address.
     pub remote_ip: Ipv4Addr,
+    /// Remote host IPv6 address (`fd00:31::fe`), dual-stack only.
+    #[serde(default)]
+    pub remote_ip6: Option<Ipv6Addr>,
     /// Nodes.
     pub nodes: Vec<NodePlan>,
 }
@@ -82,6 +93,8 @@ impl Topology {
                 underlay_ip: Ipv4Addr::new(172, 31, 255, i as u8),
                 underlay_port: format!("n{i}"),
                 pod_cidr: format!("10.244.{i}.0/24"),
+                pod_cidr_v6: None,
+                underlay_ip6: None,
                 dir: state_dir.join("nodes").join(format!("node{i}")),
             })
             .collect();
@@ -92,8 +105,21 @@ impl Topology {
             underlay_netns: format!("{prefix}underlay"),
             remote_netns: format!("{prefix}remote"),
             remote_ip: Ipv4Addr::new(172, 31, 255, 254),
+            remote_ip6: None,
             nodes,
         }
+    }
+
+    /// The same layout, dual-stack (`weft up --ipv6`): the underlay, the remote host and every
+    /// node's pod network get IPv6 too (`fd00:31::/64`, `fd10:244:N::/64`).
+    pub fn with_ipv6(mut self) -> Self {
+        self.remote_ip6 = Some(Ipv6Addr::new(0xfd00, 0x31, 0, 0, 0, 0, 0, 0xfe));
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            let n = i as u16 + 1;
+            node.pod_cidr_v6 = Some(format!("fd10:244:{n:x}::/64"));
+            node.underlay_ip6 = Some(Ipv6Addr::new(0xfd00, 0x31, 0, 0, 0, 0, 0, n));
+        }
+        self
     }
 
     /// Directory of the project's binaries as CNI plugins (`weft-cni`, `weft-ipam` links).
@@ -159,6 +185,12 @@ impl Topology {
     /// The cluster network config of a node (reference `bridge` + `host-local`, like kindnet).
     pub fn cluster_network_conflist(&self, node: &NodePlan) -> serde_json::Value {
         let gateway = node.pod_cidr.replace(".0/24", ".1");
+        let mut ranges = vec![serde_json::json!([{"subnet": node.pod_cidr, "gateway": gateway}])];
+        let mut routes = vec![serde_json::json!({"dst": "0.0.0.0/0"})];
+        if let Some(v6) = &node.pod_cidr_v6 {
+            ranges.push(serde_json::json!([{"subnet": v6, "gateway": v6.replace("::/64", "::1")}]));
+            routes.push(serde_json::json!({"dst": "::/0"}));
+        }
         serde_json::json!({
             "cniVersion": "1.0.0",
             "name": "cluster",
@@ -171,8 +203,8 @@ impl Topology {
                 "mtu": 1500,
                 "ipam": {
                     "type": "host-local",
-                    "ranges": [[{"subnet": node.pod_cidr, "gateway": gateway}]],
-                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "ranges": ranges,
+                    "routes": routes,
                     "dataDir": node.dir.join("host-local"),
                 },
                 "dns": {"nameservers": [gateway], "search": ["default.svc.cluster.local", "svc.cluster.local", "cluster.local"]},
@@ -318,6 +350,31 @@ mod tests {
             Topology::load(dir.path()).unwrap_err(),
             TopologyError::Corrupt { .. }
         ));
+    }
+
+    #[test]
+    fn dual_stack_adds_ipv6_everywhere_and_single_stack_none() {
+        let t = Topology::new(Path::new("/s"), "ab12cd34", 2);
+        let conf = t.cluster_network_conflist(&t.nodes[0]);
+        assert_eq!(conf["plugins"][0]["ipam"]["ranges"].as_array().unwrap().len(), 1);
+        assert!(t.remote_ip6.is_none() && t.nodes.iter().all(|n| n.underlay_ip6.is_none()));
+        let t = t.with_ipv6();
+        let conf = t.cluster_network_conflist(&t.nodes[1]);
+        let ipam = &conf["plugins"][0]["ipam"];
+        assert_eq!(ipam["ranges"][1][0]["subnet"], "fd10:244:2::/64");
+        assert_eq!(ipam["ranges"][1][0]["gateway"], "fd10:244:2::1");
+        assert_eq!(ipam["routes"][1]["dst"], "::/0");
+        let mut ips: Vec<Ipv6Addr> = t.nodes.iter().filter_map(|n| n.underlay_ip6).collect();
+        ips.extend(t.remote_ip6);
+        ips.sort();
+        ips.dedup();
+        assert_eq!(ips.len(), 3);
+        // Recorded clusters from before dual-stack still load.
+        let mut old = serde_json::to_value(Topology::new(Path::new("/s"), "x", 1)).unwrap();
+        old.as_object_mut().unwrap().remove("remote_ip6");
+        old["nodes"][0].as_object_mut().unwrap().remove("pod_cidr_v6");
+        let old: Topology = serde_json::from_value(old).unwrap();
+        assert!(old.nodes[0].pod_cidr_v6.is_none());
     }
 
     #[test]

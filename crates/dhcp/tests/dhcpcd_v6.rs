@@ -1,0 +1,227 @@
+//! Root test: a real IPv6 client (Debian's dhcpcd, the guest image's) behind a guest NIC's
+//! servers — router advertisements into the "tap" ([`weft_dhcp::spawn_ra`]) and DHCPv6
+//! ([`weft_dhcp::spawn_guest_v6`]) — gets the masquerade address fd10:0:2::2 and a default
+//! route via the bridge's link-local address (what KubeVirt's masquerade guest lacks,
+//! kubevirt #19193), and a prefix-only advertisement (the bridge binding's) gives the on-link
+//! route and no default route.
+//!
+//! netns "pod": bridge wt-br0 (MAC 02:00:00:00:00:00, fd10:0:2::1/120) with port wt-v0 standing
+//! in for the guest's tap; netns "guest": eth0 with the guest's MAC, where dhcpcd runs. In the
+//! first test a neighbour on another bridge port must not hear the guest's advertisements.
+
+use weft_testing as common;
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Netns, can_run_root_test};
+use weft_dhcp::{RaConfig, V6Config, bind_guest_v6, bind_in_netns, bind_ra, spawn_guest_v6, spawn_ra};
+
+const GUEST: [u8; 6] = [0x02, 0, 0, 0x0a, 0, 0x01];
+const BRIDGE: [u8; 6] = [0x02, 0, 0, 0, 0, 0];
+const DHCPCD: &str = "/usr/sbin/dhcpcd";
+
+fn wait_for(netns: &Netns, args: &[&str], wanted: &str, what: &str, log: &dyn Fn() -> String) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = String::from_utf8_lossy(&netns.ip(args).stdout).into_owned();
+        if text.contains(wanted) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: no {wanted:?} in\n{text}\ndhcpcd:\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+struct Client(Child);
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// dhcpcd on the guest's eth0, IPv6 only, with a DUID-UUID (as the guest's /init).
+fn dhcpcd(guest: &Netns, dir: &std::path::Path) -> Client {
+    let conf = dir.join("dhcpcd.conf");
+    std::fs::write(
+        &conf,
+        "nodev\nipv6only\nnoipv4ll\nduid 00:04:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff:00\n",
+    )
+    .unwrap();
+    // Its own /run (control socket) and /var/lib/dhcpcd (DUID, leases): a client of another
+    // test, or of the host, is neither talked to nor read from.
+    let script = format!(
+        "mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /var/lib/dhcpcd && exec {DHCPCD} -6 -B -d -f {} -c /bin/true eth0",
+        conf.display()
+    );
+    let child = guest
+        .command(&["unshare", "-m", "--propagation", "private", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("dhcpcd.log")).unwrap())
+        .spawn()
+        .unwrap();
+    Client(child)
+}
+
+fn setup(tag: &str) -> (Netns, Netns) {
+    let pod = Netns::new(&format!("{tag}p"));
+    let guest = Netns::new(&format!("{tag}g"));
+    for netns in [&pod, &guest] {
+        for scope in ["all", "default"] {
+            netns.exec(&["sysctl", "-qw", &format!("net.ipv6.conf.{scope}.accept_dad=0")]);
+        }
+    }
+    pod.ip(&[
+        "link",
+        "add",
+        "wt-br0",
+        "address",
+        "02:00:00:00:00:00",
+        "type",
+        "bridge",
+    ]);
+    pod.ip(&["addr", "add", "fd10:0:2::1/120", "dev", "wt-br0"]);
+    pod.add_veth("wt-v0", &guest, "eth0");
+    pod.ip(&["link", "set", "wt-v0", "master", "wt-br0", "up"]);
+    guest.ip(&["link", "set", "eth0", "address", "02:00:00:0a:00:01", "up"]);
+    pod.ip(&["link", "set", "wt-br0", "up"]);
+    (pod, guest)
+}
+
+fn ra(router_lifetime: u16) -> RaConfig {
+    RaConfig {
+        router_mac: BRIDGE,
+        guest_mac: GUEST,
+        prefix: "fd10:0:2::/120".parse().unwrap(),
+        router_lifetime,
+        mtu: Some(1500),
+        interval: Duration::from_secs(10),
+    }
+}
+
+#[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
+fn dhcpcd_gets_the_address_and_a_default_route_via_the_bridge() {
+    let name = "dhcpcd_gets_the_address_and_a_default_route_via_the_bridge";
+    if !can_run_root_test(name) {
+        return;
+    }
+    if !std::path::Path::new(DHCPCD).exists() {
+        common::skip(name, "dhcpcd not installed (dhcpcd-base)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (pod, guest) = setup("d6r");
+    let neighbour = Netns::new("d6rn");
+    for key in ["all.accept_dad=0", "default.accept_dad=0", "default.accept_ra=1"] {
+        neighbour.exec(&["sysctl", "-qw", &format!("net.ipv6.conf.{key}")]);
+    }
+    pod.add_veth("wt-v1", &neighbour, "eth0");
+    pod.ip(&["link", "set", "wt-v1", "master", "wt-br0", "up"]);
+    neighbour.ip(&["link", "set", "eth0", "up"]);
+    let sockets = bind_in_netns(&pod.path(), || bind_guest_v6("wt-br0", "wt-v0")).unwrap();
+    let server = spawn_guest_v6(sockets, V6Config::new("fd10:0:2::2".parse().unwrap()), GUEST).unwrap();
+    let socket = bind_in_netns(&pod.path(), || bind_ra("wt-v0")).unwrap();
+    let advertiser = spawn_ra(socket, ra(weft_dhcp::ra::DEFAULT_ROUTER_LIFETIME)).unwrap();
+    let _client = dhcpcd(&guest, dir.path());
+    let log = || std::fs::read_to_string(dir.path().join("dhcpcd.log")).unwrap_or_default();
+
+    let addresses = wait_for(
+        &guest,
+        &["-6", "addr", "show", "dev", "eth0"],
+        "fd10:0:2::2",
+        "DHCPv6 address",
+        &log,
+    );
+    let routes = wait_for(
+        &guest,
+        &["-6", "route", "show", "default"],
+        "via fe80::ff:fe00:0 dev eth0",
+        "default route from the advertisement",
+        &log,
+    );
+    let on_link = wait_for(
+        &guest,
+        &["-6", "route"],
+        "fd10:0:2::/120",
+        "on-link prefix route",
+        &log,
+    );
+    // A neighbour on the same bridge (on the bridge binding: the pod's L2 network), up before
+    // the first advertisement and accepting advertisements, heard none of those the guest got:
+    // they go into the guest's port only.
+    let heard = String::from_utf8_lossy(&neighbour.ip(&["-6", "route"]).stdout).into_owned();
+    assert!(
+        !heard.contains("fd10:0:2::/120") && !heard.contains("default"),
+        "the neighbour got the guest's advertisement:\n{heard}"
+    );
+    // The bridge's own link-local is the advertised router: the default route resolves.
+    let bridge =
+        String::from_utf8_lossy(&pod.ip(&["-6", "addr", "show", "dev", "wt-br0"]).stdout).into_owned();
+    assert!(bridge.contains("fe80::ff:fe00:0"), "{bridge}");
+    guest.exec(&["busybox", "ping", "-c", "1", "-W", "5", "fd10:0:2::1"]);
+    assert!(
+        server.stats().replied.load(std::sync::atomic::Ordering::Relaxed) >= 2,
+        "ADVERTISE and REPLY (a fresh client solicits): {:?}\n{}",
+        server.stats(),
+        log()
+    );
+    assert!(
+        advertiser
+            .stats()
+            .solicited
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1,
+        "{}",
+        log()
+    );
+    eprintln!("{addresses}{routes}{on_link}");
+}
+
+#[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
+fn a_prefix_only_advertisement_gives_the_on_link_route_and_no_default() {
+    let name = "a_prefix_only_advertisement_gives_the_on_link_route_and_no_default";
+    if !can_run_root_test(name) {
+        return;
+    }
+    if !std::path::Path::new(DHCPCD).exists() {
+        common::skip(name, "dhcpcd not installed (dhcpcd-base)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (pod, guest) = setup("d6b");
+    let sockets = bind_in_netns(&pod.path(), || bind_guest_v6("wt-br0", "wt-v0")).unwrap();
+    let _server = spawn_guest_v6(sockets, V6Config::new("fd10:0:2::2".parse().unwrap()), GUEST).unwrap();
+    let socket = bind_in_netns(&pod.path(), || bind_ra("wt-v0")).unwrap();
+    let _advertiser = spawn_ra(socket, ra(0)).unwrap();
+    let _client = dhcpcd(&guest, dir.path());
+    let log = || std::fs::read_to_string(dir.path().join("dhcpcd.log")).unwrap_or_default();
+    wait_for(
+        &guest,
+        &["-6", "addr", "show", "dev", "eth0"],
+        "fd10:0:2::2",
+        "DHCPv6 address",
+        &log,
+    );
+    wait_for(
+        &guest,
+        &["-6", "route"],
+        "fd10:0:2::/120",
+        "on-link prefix route",
+        &log,
+    );
+    let defaults =
+        String::from_utf8_lossy(&guest.ip(&["-6", "route", "show", "default"]).stdout).into_owned();
+    assert!(
+        defaults.trim().is_empty(),
+        "no default route expected: {defaults}"
+    );
+}
