@@ -220,6 +220,17 @@ pub fn plan_passt(request: &PasstRequest) -> Result<PasstPlan, PasstError> {
     })
 }
 
+/// The guest MAC of a passt NIC without a spec `macAddress`: libvirt's `52:54:00` prefix and
+/// three bytes of an FNV-1a hash of `seed` (the VMI uid and interface), so it is stable for
+/// one VMI and never the pod interface's own MAC, which passt uses for its end of the link.
+pub fn generated_mac(seed: &str) -> String {
+    let hash = seed.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let [a, b, c, ..] = hash.to_be_bytes();
+    format!("52:54:00:{a:02x}:{b:02x}:{c:02x}")
+}
+
 /// Whether `/proc/<pid>/net/unix` text lists `socket` as a listening socket (flag
 /// `__SO_ACCEPTCON`, 0x10000): passt is ready for QEMU once it does.
 pub fn listening_in(proc_net_unix: &str, socket: &Path) -> bool {
@@ -318,6 +329,14 @@ mod tests {
         r.pod_dir = PathBuf::from("/").join("d".repeat(100));
         let err = plan_passt(&r).unwrap_err();
         assert!(matches!(err, PasstError::SocketPathTooLong { .. }), "{err}");
+    }
+
+    #[test]
+    fn generated_macs_are_stable_per_seed_and_libvirt_prefixed() {
+        let a = generated_mac("uid-1/default");
+        assert_eq!(a, generated_mac("uid-1/default"));
+        assert_ne!(a, generated_mac("uid-2/default"));
+        assert!(a.starts_with("52:54:00:") && a.len() == 17, "{a}");
     }
 
     #[test]

@@ -6,6 +6,7 @@ mod guest;
 pub mod kubelet;
 mod launcher;
 mod network;
+mod passt;
 pub mod processes;
 mod sandbox;
 pub mod supervisor;
