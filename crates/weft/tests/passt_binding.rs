@@ -3,7 +3,8 @@
 //! `binding: {name: passt}`. The guest's udhcpc leases the pod IP from passt's own DHCP, reaches
 //! the remote host beyond the node (wget), and serves a port that is reachable at the pod IP
 //! from the node. Stopped and started, a new passt serves the new pod; the old one is gone with
-//! its socket, and after `weft down` no passt of the cluster is left.
+//! its socket, and after `weft down` no passt of the cluster is left. A plugin the KubeVirt CR
+//! does not register is admitted and waits (FailedCreate) until the CR registers it.
 
 mod common;
 
@@ -290,6 +291,103 @@ fn passt_binding_leases_reaches_the_remote_host_and_serves_inbound() {
                 std::fs::read_to_string(state.path().join(log)).unwrap_or_default()
             );
         }
+        std::panic::resume_unwind(panic);
+    }
+    assert!(down.status.success(), "weft down failed:\n{}", text(&down));
+    assert!(
+        left.is_empty(),
+        "processes of the cluster left after weft down: {left:#?}"
+    );
+}
+
+fn synchronized(vmi: &serde_json::Value) -> Option<serde_json::Value> {
+    vmi["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Synchronized")
+        .cloned()
+}
+
+fn unregistered_then_registered(state: &Path) {
+    let manifests = state.join("manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    std::fs::write(manifests.join("vm.yaml"), vm_manifest()).unwrap();
+    let up = weft(
+        state,
+        &[
+            "up",
+            "-f",
+            manifests.to_str().unwrap(),
+            "--no-guests",
+            "--no-wait",
+        ],
+    );
+    assert!(
+        up.status.success(),
+        "admitted (KubeVirt has no rule on plugin names):\n{}",
+        text(&up)
+    );
+    // The launcher pod cannot be rendered: the VMI waits with KubeVirt's FailedCreate.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let condition = loop {
+        let vmi = json(state, &["get", "vmi", "vmp", "-o", "json"]);
+        if let Some(c) = synchronized(&vmi).filter(|c| c["status"] == "False") {
+            assert_eq!(vmi["status"]["phase"], "Pending", "{vmi}");
+            break c;
+        }
+        assert!(Instant::now() < deadline, "no Synchronized=False on vmp: {vmi}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(condition["reason"], "FailedCreate", "{condition}");
+    assert_eq!(
+        condition["message"],
+        "failed to render launch manifest: unable to find the network binding plugin 'passt' in Kubevirt configuration"
+    );
+    let pods = json(state, &["get", "pods", "-o", "json"]).to_string();
+    assert!(!pods.contains("virt-launcher-vmp-"), "no launcher pod: {pods}");
+    // Registering the plugin lets the VMI start, its passt with it.
+    let kubevirt = state.join("kubevirt.yaml");
+    std::fs::write(&kubevirt, KUBEVIRT).unwrap();
+    let applied = weft(state, &["apply", "-f", kubevirt.to_str().unwrap()]);
+    assert!(applied.status.success(), "{}", text(&applied));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let vmi = json(state, &["get", "vmi", "vmp", "-o", "json"]);
+        let record = passt_record(state);
+        if vmi["status"]["phase"] == "Running" && record.is_some_and(alive) {
+            assert!(
+                synchronized(&vmi).is_none_or(|c| c["status"] != "False"),
+                "the FailedCreate condition is gone: {vmi}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "vmp does not run after registering passt: {vmi}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
+fn passt_binding_an_unregistered_plugin_waits_until_the_kubevirt_cr_registers_it() {
+    let name = "passt_binding_an_unregistered_plugin_waits_until_the_kubevirt_cr_registers_it";
+    if !root_or_skip(name) {
+        return;
+    }
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("passt").is_file()))
+        .unwrap_or(false);
+    if !found {
+        weft_testing::skip(name, "passt is missing (scripts/install-deps.sh)");
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let outcome = std::panic::catch_unwind(|| unregistered_then_registered(state.path()));
+    let down = weft(state.path(), &["down"]);
+    let left = processes_naming(&state.path().display().to_string());
+    if let Err(panic) = outcome {
         std::panic::resume_unwind(panic);
     }
     assert!(down.status.success(), "weft down failed:\n{}", text(&down));
