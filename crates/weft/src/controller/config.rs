@@ -9,11 +9,17 @@ use weft_vm::ClusterConfig;
 use weft_vm::api::KubeVirt;
 
 /// The effective configuration: the oldest `KubeVirt` object of any namespace (KubeVirt serves
-/// only one install and leaves later CRs unused), or the defaults.
+/// only one install and leaves later CRs unused), or the defaults (also when the API has no
+/// KubeVirt CRD).
 pub async fn load(store: &Arc<dyn Store>) -> anyhow::Result<ClusterConfig> {
-    let mut all = Api::<KubeVirt>::all(store.clone())
+    let mut all = match Api::<KubeVirt>::all(store.clone())
         .list(&ListOptions::default())
-        .await?;
+        .await
+    {
+        // A Kubernetes cluster without KubeVirt's CRD: KubeVirt's defaults.
+        Err(e) if e.is_not_found() => Vec::new(),
+        other => other?,
+    };
     all.sort_by(|a, b| {
         (
             &a.metadata.creation_timestamp,
