@@ -4,6 +4,7 @@
 #    clients), dnsmasq (DHCP baseline in benchmarks), podman + runc (a real CNI runtime),
 #    libvirt-clients + libxml2-utils (virt-xml-validate), qemu-guest-agent (copied into the guest
 #    image with its libraries, not run on the host),
+#    passt (the passt binding; bookworm's 0.0~git20230309, bookworm-backports has none),
 #  - QEMU from bookworm-backports (bookworm's 7.2 would remove the preinstalled qemu-utils 10),
 #    enabled for these apt calls only (/etc/apt is not changed),
 #  - the guest kernel (extracted from Debian's linux-image package, not installed).
@@ -12,7 +13,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 export DEBIAN_FRONTEND=noninteractive
 pkgs=(containernetworking-plugins nftables iproute2 busybox-static dnsmasq-base cpio jq xz-utils
       podman runc libvirt-clients libxml2-utils iptables procps curl
-      qemu-guest-agent)
+      qemu-guest-agent passt)
 pkgs+=(dhcpcd-base)  # the guest's DHCPv6/router-advertisement client (weft up --ipv6)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p"); done

@@ -62,6 +62,9 @@ pub enum InterfaceBinding {
     Sriov,
     /// `passtBinding: {}`: `vhostuser` with the passt backend.
     Passt,
+    /// `binding: {name: passt}`, KubeVirt's passt network binding plugin: its sidecar's
+    /// `<interface type='user'>` with the passt backend ([`crate::passt`]).
+    PasstPlugin,
     /// `binding: {name}`: an `<interface>` only when the plugin's domain attachment is
     /// `tap` or `managedTap`.
     Plugin {
@@ -224,7 +227,7 @@ pub fn is_tap_attachment(binding: &InterfaceBinding) -> bool {
     match binding {
         InterfaceBinding::Bridge | InterfaceBinding::Masquerade => true,
         InterfaceBinding::Plugin { tap_attachment } => *tap_attachment,
-        InterfaceBinding::Sriov | InterfaceBinding::Passt => false,
+        InterfaceBinding::Sriov | InterfaceBinding::Passt | InterfaceBinding::PasstPlugin => false,
     }
 }
 
@@ -304,7 +307,7 @@ pub fn convert_interface(
     Ok(Some(interface))
 }
 
-fn passt_port_forwards(ports: &[Port], istio: bool) -> Vec<PortForward> {
+pub(crate) fn passt_port_forwards(ports: &[Port], istio: bool) -> Vec<PortForward> {
     let excluded: Vec<PortRange> = if istio {
         ISTIO_RESERVED_PORTS
             .iter()
@@ -327,10 +330,12 @@ fn passt_port_forwards(ports: &[Port], istio: bool) -> Vec<PortForward> {
         return vec![
             PortForward {
                 proto: "tcp".to_string(),
+                dev: None,
                 ranges: excluded,
             },
             PortForward {
                 proto: "udp".to_string(),
+                dev: None,
                 ranges: Vec::new(),
             },
         ];
@@ -344,12 +349,14 @@ fn passt_port_forwards(ports: &[Port], istio: bool) -> Vec<PortForward> {
     if !tcp.is_empty() {
         forwards.push(PortForward {
             proto: "tcp".to_string(),
+            dev: None,
             ranges: tcp,
         });
     }
     if !udp.is_empty() {
         forwards.push(PortForward {
             proto: "udp".to_string(),
+            dev: None,
             ranges: udp,
         });
     }
@@ -405,6 +412,14 @@ pub fn domain_interfaces(
 ) -> Result<Vec<Interface>, ConvertError> {
     let mut out = Vec::new();
     for iface in ifaces {
+        if iface.binding == InterfaceBinding::PasstPlugin && iface.state != InterfaceState::Absent {
+            // What the plugin's sidecar adds to the domain (KubeVirt's converter skips it).
+            let pod = pods
+                .get(&iface.name)
+                .ok_or_else(|| ConvertError::MissingPodInterface(iface.name.clone()))?;
+            out.push(crate::passt::plugin_interface(iface, options, &pod.pod_iface)?);
+            continue;
+        }
         let Some(mut interface) = convert_interface(iface, options)? else {
             continue;
         };

@@ -4,11 +4,13 @@
 //! - [`xml`]: the element structs and their serde/quick-xml rendering;
 //! - [`interface`]: pure conversion of VMI interfaces (+ what the launcher found in the pod) to
 //!   elements;
+//! - [`passt`]: the passt binding plugin's `<interface type='user'>`;
 //! - [`sriov`]: the VF pool from the network-info file and the SR-IOV `<hostdev>`s;
 //! - [`document`]: the whole `<domain type='qemu'>` document.
 
 pub mod document;
 pub mod interface;
+pub mod passt;
 pub mod sriov;
 pub mod xml;
 

@@ -206,6 +206,9 @@ pub struct PortForward {
     /// `tcp` or `udp`.
     #[serde(rename = "@proto")]
     pub proto: String,
+    /// The host interface the ports are bound on (the passt plugin's sidecar: `eth0`).
+    #[serde(rename = "@dev", default, skip_serializing_if = "Option::is_none")]
+    pub dev: Option<String>,
     /// `<range>` elements; none forwards every port.
     #[serde(rename = "range", default, skip_serializing_if = "Vec::is_empty")]
     pub ranges: Vec<PortRange>,

@@ -101,15 +101,18 @@ pub enum QemuError {
     },
 }
 
-/// One guest NIC: a TAP in the namespace, the guest MAC and the device model.
+/// One guest NIC: a TAP in the namespace (or a passt socket), the guest MAC and the device model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuestNic {
-    /// Name of the TAP device, created beforehand.
+    /// Name of the TAP device, created beforehand (unused when `stream` is set).
     pub tap: String,
     /// Guest MAC address (`aa:bb:cc:dd:ee:ff`).
     pub mac: String,
     /// QEMU device model, [`DEFAULT_NIC_MODEL`] normally.
     pub model: String,
+    /// A Unix stream socket to connect the NIC to instead of a TAP (passt's `--socket`):
+    /// `-netdev stream,server=off,addr.type=unix,addr.path=…`.
+    pub stream: Option<PathBuf>,
 }
 
 impl GuestNic {
@@ -119,6 +122,29 @@ impl GuestNic {
             tap: tap.into(),
             mac: mac.into(),
             model: DEFAULT_NIC_MODEL.into(),
+            stream: None,
+        }
+    }
+
+    /// A virtio NIC connected to the Unix stream socket `socket` (passt) with `mac`.
+    pub fn virtio_stream(socket: &Path, mac: &str) -> Self {
+        Self {
+            stream: Some(socket.to_path_buf()),
+            ..Self::virtio("", mac)
+        }
+    }
+
+    /// QEMU's `-netdev` value for this NIC as netdev `id`.
+    pub fn netdev(&self, id: &str) -> String {
+        match &self.stream {
+            Some(socket) => format!(
+                "stream,id={id},server=off,addr.type=unix,addr.path={}",
+                socket.display()
+            ),
+            None => format!(
+                "tap,id={id},ifname={},script=no,downscript=no,vhost=off",
+                self.tap
+            ),
         }
     }
 }
@@ -248,7 +274,17 @@ impl GuestSpec {
         }
         for (index, nic) in self.nics.iter().enumerate() {
             let field = |name: &str| format!("nics[{index}].{name}");
-            if !safe(&nic.tap) || nic.tap.len() > 15 {
+            if let Some(socket) = &nic.stream {
+                if socket.to_str().is_none_or(|p| p.contains(',') || p.len() > 107) {
+                    return Err(invalid(
+                        &field("stream"),
+                        format!(
+                            "{} must be UTF-8 without ',' and fit a Unix socket path",
+                            socket.display()
+                        ),
+                    ));
+                }
+            } else if !safe(&nic.tap) || nic.tap.len() > 15 {
                 return Err(invalid(
                     &field("tap"),
                     format!("{:?} is not a valid interface name", nic.tap),
@@ -329,10 +365,7 @@ impl GuestSpec {
         for (index, nic) in self.nics.iter().enumerate() {
             argv.extend([
                 "-netdev".into(),
-                format!(
-                    "tap,id=net{index},ifname={},script=no,downscript=no,vhost=off",
-                    nic.tap
-                ),
+                nic.netdev(&format!("net{index}")),
                 "-device".into(),
                 format!("{},netdev=net{index},mac={},romfile=", nic.model, nic.mac),
             ]);
@@ -783,5 +816,30 @@ mod tests {
         let mut bad = spec();
         bad.kernel = "/a,b".into();
         assert!(bad.validate().unwrap_err().to_string().contains("kernel"));
+    }
+
+    #[test]
+    fn a_stream_nic_connects_to_the_passt_socket() {
+        let mut spec = spec();
+        spec.nics = vec![GuestNic::virtio_stream(
+            Path::new("/run/weft/vm1/passt-default/passt.sock"),
+            "52:54:00:00:00:01",
+        )];
+        spec.validate().unwrap();
+        let argv = spec.argv().join(" ");
+        assert!(
+            argv.ends_with(
+                "-netdev stream,id=net0,server=off,addr.type=unix,addr.path=/run/weft/vm1/passt-default/passt.sock \
+                 -device virtio-net-pci,netdev=net0,mac=52:54:00:00:00:01,romfile="
+            ),
+            "{argv}"
+        );
+        spec.nics[0].stream = Some("/run/a,server=on".into());
+        assert!(
+            spec.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("nics[0].stream")
+        );
     }
 }

@@ -6,7 +6,8 @@
 //! - [`plan`]: the ordered, undoable [`plan::WiringPlan`] of the bridge and masquerade bindings,
 //!   made of [`op::Op`]s;
 //! - [`lease`]: what the DHCP server serves the guest ([`lease::GuestLease`]);
-//! - [`nft`]: the masquerade NAT rule set and its `nft -f -` script.
+//! - [`nft`]: the masquerade NAT rule set and its `nft -f -` script;
+//! - [`passt`]: the passt binding's user-mode process (argv, socket, forwarded ports).
 //!
 //! Effects are thin: [`exec`] applies a plan through a [`exec::NetnsBackend`] (rolling back on
 //! failure) and tears it down collecting every error.
@@ -46,6 +47,7 @@ pub mod mac;
 pub mod names;
 pub mod nft;
 pub mod op;
+pub mod passt;
 pub mod plan;
 pub mod pod_link;
 

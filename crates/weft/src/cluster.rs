@@ -134,6 +134,7 @@ pub fn known_types() -> Vec<ResourceType> {
         weft_vm::VirtualMachineInstance::resource_type(),
         weft_ipam::IpamClaim::resource_type(),
         crate::kinds::Event::resource_type(),
+        weft_vm::KubeVirt::resource_type(),
     ]
 }
 
@@ -159,6 +160,7 @@ pub fn resolve_kind(name: &str) -> anyhow::Result<ResourceType> {
         | "networkattachmentdefinition" => "NetworkAttachmentDefinition",
         "ipamclaim" | "ipamclaims" => "IPAMClaim",
         "event" | "events" | "ev" => "Event",
+        "kubevirt" | "kubevirts" | "kv" => "KubeVirt",
         _ => anyhow::bail!("unknown kind {name:?} (known: vm, vmi, pod, node, nad, ipamclaim, event)"),
     };
     known_types()

@@ -111,6 +111,29 @@ pub fn missing_nad_condition(
     })
 }
 
+/// The condition of a VMI naming a network binding plugin the KubeVirt CR does not register.
+/// KubeVirt's admission lets it through (no webhook rule checks plugin names); rendering the
+/// launcher pod fails, and the VMI waits with `Synchronized=False` (`FailedCreate`) until the
+/// plugin is registered.
+pub fn unknown_plugin_condition(spec: &VmiSpec, config: &ClusterConfig) -> Option<Condition> {
+    let name = spec
+        .interfaces()
+        .iter()
+        .filter_map(|i| i.binding.as_ref())
+        .map(|b| b.name.as_str())
+        .find(|name| !config.binding_plugins.contains_key(*name))?;
+    Some(Condition {
+        type_: SYNCHRONIZED.into(),
+        status: "False".into(),
+        reason: FAILED_CREATE.into(),
+        message: format!(
+            "failed to render launch manifest: {}",
+            crate::annotations::AnnotationError::UnknownBindingPlugin(name.to_string())
+        ),
+        ..Default::default()
+    })
+}
+
 /// Put `wanted` (or nothing) in place of the condition of type `type_`: an identical
 /// condition (status, reason, message) is kept with its transition time; returns whether
 /// `conditions` changed. A new condition gets `now` as transition time.
@@ -257,5 +280,38 @@ mod tests {
         assert!(replace_condition(&mut conditions, SYNCHRONIZED, None, "t3"));
         assert!(conditions.is_empty());
         assert!(!replace_condition(&mut conditions, SYNCHRONIZED, None, "t3"));
+    }
+
+    #[test]
+    fn an_unregistered_binding_plugin_waits_with_kubevirts_message() {
+        let mut spec = VmiSpec {
+            networks: vec![crate::api::Network::default_pod()],
+            ..Default::default()
+        };
+        spec.interfaces_mut().push(crate::api::Interface {
+            name: "default".into(),
+            binding: Some(crate::api::PluginBinding {
+                name: "passt".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let condition = unknown_plugin_condition(&spec, &ClusterConfig::default()).unwrap();
+        assert_eq!(
+            (condition.type_.as_str(), condition.status.as_str()),
+            ("Synchronized", "False")
+        );
+        assert_eq!(condition.reason, "FailedCreate");
+        assert_eq!(
+            condition.message,
+            "failed to render launch manifest: unable to find the network binding plugin 'passt' in Kubevirt configuration"
+        );
+        assert!(
+            validate_create("spec", &spec, &ClusterConfig::default()).is_empty(),
+            "admission lets it through"
+        );
+        let mut config = ClusterConfig::default();
+        config.binding_plugins.insert("passt".into(), Default::default());
+        assert_eq!(unknown_plugin_condition(&spec, &config), None);
     }
 }

@@ -8,7 +8,10 @@ mod networks;
 
 use serde::{Deserialize, Serialize};
 
-pub use decision::{Decision, Operation, admit_vm, admit_vmi, missing_nad_condition, replace_condition};
+pub use decision::{
+    Decision, Operation, admit_vm, admit_vmi, missing_nad_condition, replace_condition,
+    unknown_plugin_condition,
+};
 
 use crate::api::VmiSpec;
 use crate::config::ClusterConfig;

@@ -1,6 +1,7 @@
 //! The controller: VirtualMachine → VirtualMachineInstance → virt-launcher pod, IPAM claims,
 //! and VMI status from the pod. Level-triggered: each pass reads the store and converges.
 
+pub mod config;
 pub mod launcher_pod;
 pub mod migration;
 
@@ -243,7 +244,7 @@ async fn reconcile_vm(
             let decision = weft_vm::admission::admit_vmi(
                 &vmi.spec,
                 weft_vm::admission::Operation::Create,
-                &weft_vm::ClusterConfig::default(),
+                &config::load(store).await?,
             );
             if !decision.allowed() {
                 let failure = vmi_denied_message(&vmi.metadata.name, &decision.causes);
@@ -307,7 +308,7 @@ async fn sync_template_changes(
         let decision = weft_vm::admission::admit_vmi(
             &next,
             weft_vm::admission::Operation::Update,
-            &weft_vm::ClusterConfig::default(),
+            &config::load(store).await?,
         );
         if !decision.allowed() {
             let failure = vmi_denied_message(&vmi.metadata.name, &decision.causes);
@@ -434,7 +435,7 @@ async fn reconcile_vmi(
     let ns = vmi.namespace().to_string();
     let uid = vmi.metadata.uid.clone().unwrap_or_default();
     let api = Api::<VirtualMachineInstance>::namespaced(store.clone(), &ns);
-    let config = weft_vm::ClusterConfig::default();
+    let config = config::load(store).await?;
     let own: Vec<&Pod> = pods
         .iter()
         .filter(|p| p.metadata.label(launcher_pod::CREATED_BY_LABEL) == Some(uid.as_str()))
@@ -474,7 +475,8 @@ async fn reconcile_vmi(
         let missing = weft_vm::admission::missing_nad_condition(&ns, &defaulted.spec, |nad_ns, name| {
             nads.iter()
                 .any(|n| n.metadata.namespace.as_deref() == Some(nad_ns) && n.metadata.name == name)
-        });
+        })
+        .or_else(|| weft_vm::admission::unknown_plugin_condition(&defaulted.spec, &config));
         let now = weft_store::now_rfc3339();
         let waiting = missing.is_some();
         let mut newly_missing = false;
@@ -625,7 +627,7 @@ async fn create_launcher_pod(store: &Arc<dyn Store>, vmi: &VirtualMachineInstanc
             None => "no node to run the VM on".to_string(),
         })?
         .clone();
-    let mut annotations = weft_vm::launcher_pod_annotations(vmi, &weft_vm::ClusterConfig::default())?;
+    let mut annotations = weft_vm::launcher_pod_annotations(vmi, &config::load(store).await?)?;
     let claims = crate::claims::claim_names_for_vmi(store, vmi).await?;
     if let Some(networks) = annotations.get_mut(weft_netconf::NETWORKS_ANNOTATION) {
         *networks = launcher_pod::with_claim_references(networks, &claims);

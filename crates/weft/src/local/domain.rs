@@ -22,6 +22,7 @@ pub fn vmi_interfaces(vmi: &VirtualMachineInstance) -> Vec<VmiInterface> {
                 BindingKind::Masquerade => InterfaceBinding::Masquerade,
                 BindingKind::Sriov => InterfaceBinding::Sriov,
                 BindingKind::PasstBinding => InterfaceBinding::Passt,
+                BindingKind::Plugin(weft_launcher::passt::PASST_PLUGIN_NAME) => InterfaceBinding::PasstPlugin,
                 BindingKind::Plugin(_) => InterfaceBinding::Plugin {
                     tap_attachment: false,
                 },
@@ -36,6 +37,16 @@ pub fn vmi_interfaces(vmi: &VirtualMachineInstance) -> Vec<VmiInterface> {
             out.model = Some(i.model.clone()).filter(|m| !m.is_empty());
             out.mac_address = Some(i.mac_address.clone()).filter(|m| !m.is_empty());
             out.boot_order = i.boot_order;
+            out.ports = i
+                .ports
+                .iter()
+                .filter_map(|p| {
+                    Some(weft_domain::interface::Port {
+                        protocol: p.protocol.clone(),
+                        port: u16::try_from(p.port).ok()?,
+                    })
+                })
+                .collect();
             out
         })
         .collect()
@@ -49,7 +60,10 @@ pub fn render(vmi: &VirtualMachineInstance, nics: &[DomainNic], spec: &GuestSpec
             (
                 nic.name.clone(),
                 PodInterface {
-                    pod_iface: nic.name.clone(),
+                    pod_iface: nic
+                        .passt
+                        .as_ref()
+                        .map_or_else(|| nic.name.clone(), |p| p.pod_iface.clone()),
                     tap: Some(nic.tap.clone()),
                     mac: nic.mac.clone(),
                     mtu: nic.mtu,

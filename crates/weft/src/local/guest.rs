@@ -59,7 +59,10 @@ pub fn spec_for(
     spec.cmdline_extras = check_words(vmi);
     spec.nics = nics
         .iter()
-        .map(|nic| GuestNic::virtio(&nic.tap, &nic.mac))
+        .map(|nic| match &nic.passt {
+            Some(passt) => GuestNic::virtio_stream(&passt.socket, &nic.mac),
+            None => GuestNic::virtio(&nic.tap, &nic.mac),
+        })
         .collect();
     // Free PCIe root ports for NIC hot-plug (KubeVirt keeps 4 − interfaces placeholders; at
     // least one here so a VM with many NICs can still take one more).

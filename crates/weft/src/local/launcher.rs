@@ -150,6 +150,7 @@ fn take_over(
     state: &mut LauncherState,
     guest: Option<(u32, u64, Vec<Option<String>>)>,
 ) -> anyhow::Result<()> {
+    crate::local::passt::check_adopted(&state.domain)?;
     if let Some((pid, start_time, plugged)) = guest {
         let qemu = crate::local::processes::ProcessRecord { pid, start_time };
         anyhow::ensure!(
@@ -219,6 +220,9 @@ pub struct DomainNic {
     pub tap: String,
     /// MTU.
     pub mtu: u32,
+    /// The passt this NIC connects to (passt binding), instead of `tap`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passt: Option<crate::local::passt::PasstNic>,
 }
 
 /// The DHCP server config of a guest lease (IPv4 part), with the pod's DNS and the guest's hostname.
@@ -322,6 +326,7 @@ fn wire_interface(
         mac: plan.guest_mac.to_string(),
         tap: plan.names.tap.clone(),
         mtu: plan.mtu,
+        passt: None,
     };
     state.pod_ips.insert(
         interface.name.clone(),
@@ -396,7 +401,11 @@ fn wire_and_boot(
         .filter(|i| !vmi.spec.interfaces()[*i].is_absent())
         .collect();
     for index in indexes {
-        let nic = wire_interface(state, &netns, vmi, index, statuses)?;
+        let nic = if crate::local::passt::is_passt(&vmi.spec.interfaces()[index]) {
+            crate::local::passt::wire(state, &netns, vmi, index, statuses, &agent.state_dir)?
+        } else {
+            wire_interface(state, &netns, vmi, index, statuses)?
+        };
         state.domain.push(nic);
     }
     if std::env::var("WEFT_NO_GUESTS").map(|v| v != "1").unwrap_or(true) {
@@ -705,6 +714,7 @@ fn stop_blocking(state: LauncherState) {
     if let Some(guest) = state.guest {
         let _ = guest.stop();
     }
+    crate::local::passt::stop_all(&state.domain);
     for server in state.dhcp.into_values() {
         let _ = server.stop();
     }

@@ -8,6 +8,7 @@ mod guest_v6;
 pub mod kubelet;
 mod launcher;
 mod network;
+mod passt;
 pub mod processes;
 mod sandbox;
 pub mod supervisor;
