@@ -14,6 +14,7 @@ mod events;
 mod explain;
 mod install;
 mod ipam_plugin;
+mod jsonpath;
 mod kinds;
 mod local;
 mod passthru;
