@@ -10,6 +10,7 @@ mod cli;
 mod cluster;
 mod controller;
 mod describe;
+mod event_recorder;
 mod events;
 mod explain;
 mod install;
