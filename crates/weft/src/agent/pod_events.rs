@@ -1,5 +1,6 @@
 //! The Events the agent records about pods, as Multus writes them: `AddedInterface` (Normal) per
-//! attachment of an ADD, `FailedAddInterface` (Warning) when an ADD fails. Through the
+//! attachment of an ADD, `FailedAddInterface` (Warning) when an ADD fails, and
+//! `FailedHotplugInterface` (Warning) when following a pod's networks annotation fails. Through the
 //! agent's [`Recorder`](crate::event_recorder::Recorder): on Kubernetes they are core/v1 Events
 //! in the API server, aggregated and rate limited; on the local cluster, objects of its store.
 
@@ -15,6 +16,8 @@ use crate::kinds::ObjectReference;
 pub const ADDED_INTERFACE: &str = "AddedInterface";
 /// The reason of a failed ADD's Event.
 pub const FAILED_ADD_INTERFACE: &str = "FailedAddInterface";
+/// The reason of a failed hot-plug/unplug's Event (each retry of the backoff is one occurrence).
+pub const FAILED_HOTPLUG: &str = "FailedHotplugInterface";
 
 fn pod_reference(namespace: &str, name: &str) -> ObjectReference {
     ObjectReference {
@@ -63,4 +66,11 @@ pub fn add_failed(agent: &Agent, request: &AttachmentRequest, error: &CniError) 
         format!("{}: {}", error.msg, error.details)
     };
     agent.events.record(&pod, WARNING, FAILED_ADD_INTERFACE, &message);
+}
+
+/// A `FailedHotplugInterface` Warning: the dynamic-networks sweep could not apply the pod's
+/// networks annotation (one occurrence per retry; the backoff and the recorder bound them).
+pub fn hotplug_failed(agent: &Agent, namespace: &str, name: &str, message: &str) {
+    let pod = pod_reference(namespace, name);
+    agent.events.record(&pod, WARNING, FAILED_HOTPLUG, message);
 }
