@@ -28,6 +28,7 @@ mod error;
 pub mod fake_api;
 #[cfg(feature = "kube")]
 mod kubernetes;
+pub mod label_selector;
 mod memory;
 pub mod names;
 mod select;

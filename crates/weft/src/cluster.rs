@@ -145,9 +145,15 @@ pub fn known_type_of(object: &Object) -> Option<ResourceType> {
         .find(|t| t.kind == object.kind && t.api_version == object.api_version)
 }
 
-/// Resolve a kind as typed on the command line (`vm`, `vmis`, `pod`, `nad`, ...).
+/// Resolve a kind as typed on the command line, in kubectl's forms: singular, plural, short
+/// name, any case (`vm`, `vmis`, `po`, `net-attach-def`, `ipreservations`, ...).
 pub fn resolve_kind(name: &str) -> anyhow::Result<ResourceType> {
     let lower = name.to_lowercase();
+    // `kind.group` (kubectl's `virtualmachines.kubevirt.io`, `-o name` output) is the kind.
+    let lower = lower
+        .split_once('.')
+        .map(|(kind, _)| kind.to_string())
+        .unwrap_or(lower);
     let wanted = match lower.as_str() {
         "vm" | "vms" | "virtualmachine" | "virtualmachines" => "VirtualMachine",
         "vmi" | "vmis" | "virtualmachineinstance" | "virtualmachineinstances" => "VirtualMachineInstance",
@@ -156,15 +162,58 @@ pub fn resolve_kind(name: &str) -> anyhow::Result<ResourceType> {
         "nad"
         | "nads"
         | "net-attach-def"
+        | "net-attach-defs"
+        | "network-attachment-definition"
         | "network-attachment-definitions"
-        | "networkattachmentdefinition" => "NetworkAttachmentDefinition",
+        | "networkattachmentdefinition"
+        | "networkattachmentdefinitions" => "NetworkAttachmentDefinition",
         "ipamclaim" | "ipamclaims" => "IPAMClaim",
         "event" | "events" | "ev" => "Event",
         "kubevirt" | "kubevirts" | "kv" => "KubeVirt",
-        _ => anyhow::bail!("unknown kind {name:?} (known: vm, vmi, pod, node, nad, ipamclaim, event)"),
+        "ipreservation" | "ipreservations" => weft_ipam::IpReservation::KIND,
+        "vmim" | "vmims" | "virtualmachineinstancemigration" | "virtualmachineinstancemigrations" => {
+            anyhow::bail!(
+                "weft stores no VirtualMachineInstanceMigration objects: a migration is `weft migrate VMI [--to NODE]`, its steps are Events (`weft describe vmi VMI`)"
+            )
+        }
+        _ => anyhow::bail!(
+            "the server doesn't have a resource type {name:?} (known: vm, vmi, pod, node, nad, ipamclaim, event, ipreservation, kubevirt)"
+        ),
     };
     known_types()
         .into_iter()
+        .chain([weft_ipam::IpReservation::resource_type()])
         .find(|t| t.kind == wanted)
         .context("kind table")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::resolve_kind;
+
+    #[test]
+    fn kinds_in_kubectls_forms() {
+        for (typed, kind) in [
+            ("vm", "VirtualMachine"),
+            ("VirtualMachines", "VirtualMachine"),
+            ("virtualmachine.kubevirt.io", "VirtualMachine"),
+            ("vmi", "VirtualMachineInstance"),
+            ("po", "Pod"),
+            ("no", "Node"),
+            ("nad", "NetworkAttachmentDefinition"),
+            ("net-attach-def", "NetworkAttachmentDefinition"),
+            (
+                "network-attachment-definitions.k8s.cni.cncf.io",
+                "NetworkAttachmentDefinition",
+            ),
+            ("ipamclaims", "IPAMClaim"),
+            ("ev", "Event"),
+            ("ipreservations", "IPReservation"),
+        ] {
+            assert_eq!(resolve_kind(typed).unwrap().kind, kind, "{typed}");
+        }
+        let vmim = resolve_kind("vmim").unwrap_err().to_string();
+        assert!(vmim.contains("weft migrate"), "{vmim}");
+        assert!(resolve_kind("deployment").is_err());
+    }
 }

@@ -41,6 +41,21 @@ pub fn occurrence(
     component: &str,
     now: &str,
 ) -> Event {
+    occurrences(existing, object, type_, reason, message, component, now, 1)
+}
+
+/// The event after `n` more occurrences, the last at `now` (an aggregating recorder's write).
+#[allow(clippy::too_many_arguments)]
+pub fn occurrences(
+    existing: Option<Event>,
+    object: &ObjectReference,
+    type_: &str,
+    reason: &str,
+    message: &str,
+    component: &str,
+    now: &str,
+    n: u32,
+) -> Event {
     let mut event = existing.unwrap_or_else(|| {
         let mut fresh = Event::default();
         fresh.metadata.name = event_name(object, reason);
@@ -50,7 +65,7 @@ pub fn occurrence(
         fresh.first_timestamp = now.into();
         fresh
     });
-    event.count += 1;
+    event.count += n;
     event.type_ = type_.into();
     event.message = message.into();
     event.last_timestamp = now.into();

@@ -88,9 +88,12 @@ fn agent_on_kubernetes_uses_watches_writes_status_through_conflicts_and_dels_wit
             "the NAD from the watch was attached"
         );
         let calls = cluster.api.requests();
+        // The Events the ADD records are written on their own task, whenever: not counted here
+        // (agent_on_kubernetes_records_events_through_the_api checks them).
         calls
             .iter()
             .map(|r| r.split('?').next().unwrap_or(r).to_string())
+            .filter(|r| !r.contains("/events"))
             .collect::<Vec<_>>()
     };
     // Pod and NAD come from the caches: the one API call of an ADD is the status write.
@@ -618,5 +621,151 @@ fn agent_names_itself_logs_an_outage_boundedly_and_watches_again_within_seconds(
     while !agent.log().contains("cache watching again") {
         assert!(Instant::now() < deadline, "no recovery line:\n{}", agent.log());
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The Events of a pod, from the fake API server's objects.
+fn pod_events(cluster: &FakeCluster, pod: &str) -> Vec<Object> {
+    let list = cluster
+        .runtime
+        .block_on(
+            cluster
+                .objects
+                .list(&events(), Some("default"), &weft_store::ListOptions::default()),
+        )
+        .unwrap();
+    list.items
+        .into_iter()
+        .filter(|e| e.data["involvedObject"]["name"] == pod)
+        .collect()
+}
+
+/// Events on the Kubernetes backend: an ADD records one `AddedInterface` Event per NIC in the
+/// API server (Multus' message, as the weft-node role allows: no GET), and 100 failing ADDs of
+/// one pod are one `FailedAddInterface` Event with count 100, written with a bounded number of
+/// requests (a create, then PUTs of the count: at most the burst of 25 and one a second).
+#[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
+fn agent_on_kubernetes_records_events_through_the_api_aggregated_and_rate_limited() {
+    if !root_or_skip("agent_on_kubernetes_records_events_through_the_api_aggregated_and_rate_limited") {
+        return;
+    }
+    let node = Netns::new("ake-node");
+    let cluster = FakeCluster::start(&node);
+    let dir = tempfile::tempdir().unwrap();
+    let nad_config = json!({
+        "cniVersion": "1.0.0", "type": "bridge", "bridge": "br-ev",
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": "192.168.90.0/24"}]],
+                 "dataDir": dir.path().join("hl-ev")}
+    });
+    // Before the agent starts: its initial list brings the NAD; the pods are read on a miss.
+    cluster.create(
+        &nads(),
+        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+               "metadata": {"name": "ev", "namespace": "default"},
+               "spec": {"config": nad_config.to_string()}}),
+    );
+    for (name, networks) in [("web", "ev@ev0"), ("broken", "missing")] {
+        cluster.create(
+            &pods(),
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": name, "namespace": "default",
+                                "annotations": {"k8s.v1.cni.cncf.io/networks": networks}},
+                   "spec": {"nodeName": "n1"}}),
+        );
+    }
+    let agent = KubeAgent::start(&node, &cluster);
+    wait_for_watches(&cluster, &agent);
+
+    let wait_for = |pod: &str, what: &dyn Fn(&[Object]) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let found = pod_events(&cluster, pod);
+            if what(&found) {
+                return found;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Events of {pod}: {found:#?}\nagent log:\n{}",
+                agent.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    let web_ns = Netns::new("ake-web");
+    let add = agent.shim("ADD", &web_ns, "default", "web");
+    assert!(add.status.success(), "ADD: {}\n{}", text(&add), agent.log());
+    let added = wait_for("web", &|events| {
+        events
+            .iter()
+            .filter(|e| e.data["reason"] == "AddedInterface")
+            .count()
+            == 2
+    });
+    let mut messages: Vec<String> = added
+        .iter()
+        .map(|e| e.data["message"].as_str().unwrap_or("").to_string())
+        .collect();
+    messages.sort();
+    assert!(messages[0].starts_with("Add eth0 [10.251.0."), "{messages:?}");
+    assert!(
+        messages[1].starts_with("Add ev0 [192.168.90.") && messages[1].ends_with("] from default/ev"),
+        "{messages:?}"
+    );
+    for event in &added {
+        assert_eq!(event.data["type"], "Normal");
+        assert_eq!(event.data["count"], 1);
+        assert_eq!(event.data["reportingComponent"], "weft-node");
+        assert_eq!(event.data["involvedObject"]["kind"], "Pod");
+    }
+
+    // 100 failing ADDs of one pod (its NAD does not exist).
+    cluster.api.clear_requests();
+    let broken_ns = Netns::new("ake-broken");
+    let started = Instant::now();
+    for attempt in 0..100 {
+        let add = agent.shim("ADD", &broken_ns, "default", "broken");
+        assert!(!add.status.success(), "ADD {attempt} must fail: {}", text(&add));
+    }
+    let failed = wait_for("broken", &|events| {
+        events
+            .iter()
+            .any(|e| e.data["reason"] == "FailedAddInterface" && e.data["count"] == 100)
+    });
+    let elapsed = started.elapsed().as_secs();
+    assert_eq!(failed.len(), 1, "one Event for every failure: {failed:#?}");
+    assert_eq!(failed[0].data["type"], "Warning");
+    assert!(
+        failed[0].data["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("missing"),
+        "the CNI error names the NAD: {:?}",
+        failed[0].data["message"]
+    );
+    let writes: Vec<String> = cluster
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.contains("/events"))
+        .collect();
+    let verb = |v: &str| writes.iter().filter(|r| r.starts_with(v)).count();
+    assert_eq!(verb("POST "), 1, "{writes:#?}");
+    assert_eq!(
+        verb("GET "),
+        0,
+        "the count is PUT on the version the agent wrote: {writes:#?}"
+    );
+    let bound = 25 + elapsed as usize + 2;
+    assert!(
+        verb("PUT ") < bound,
+        "{} writes for 100 failures in {elapsed} s (bound {bound}): {writes:#?}",
+        writes.len()
+    );
+
+    for (ns, pod) in [(&web_ns, "web"), (&broken_ns, "broken")] {
+        let del = agent.shim("DEL", ns, "default", pod);
+        assert!(del.status.success(), "DEL {pod}: {}\n{}", text(&del), agent.log());
     }
 }

@@ -319,7 +319,7 @@ fn rbac_covers_every_resource_the_workloads_touch() {
         assert_allowed(&rules, account, "v1", "pods", &READ);
         assert_allowed(&rules, account, "v1", "pods/status", &["update", "patch"]);
         assert_allowed(&rules, account, "v1", "nodes", &READ);
-        assert_allowed(&rules, account, "v1", "events", &["create"]);
+        assert_allowed(&rules, account, "v1", "events", &["get", "create", "update"]);
         assert_allowed(&rules, account, nad, NetworkAttachmentDefinition::PLURAL, &READ);
         assert_allowed(&rules, account, claims, IpamClaim::PLURAL, &FULL);
         assert_allowed(

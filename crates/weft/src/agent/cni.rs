@@ -64,7 +64,13 @@ pub async fn handle(agent: &Agent, request: CniRequest, single: bool) -> Result<
         }
     }
     match env.command {
-        CniCommand::Add => add(agent, &config, &request).await.map(Some),
+        CniCommand::Add => {
+            let result = add(agent, &config, &request).await;
+            if let Err(error) = &result {
+                super::pod_events::add_failed(agent, &request, error);
+            }
+            result.map(Some)
+        }
         CniCommand::Del => del(agent, &config, &request).await.map(|()| None),
         CniCommand::Check => check(agent, &request).await.map(|()| None),
         CniCommand::Status => status(agent, &config).await.map(|()| None),
@@ -306,6 +312,7 @@ async fn add(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
             write_cache(agent, &record.with_results(outcome.results.clone()))?;
             if let Some(pod) = &pod {
                 write_network_status(agent, pod, &outcome.statuses).await?;
+                super::pod_events::added(agent, &pod.namespace, &pod.name, &outcome.statuses);
             }
             weft_cni::result_to_value(&outcome.result, weft_cni::CniVersion::LATEST)
                 .map_err(|e| internal("result", e))

@@ -158,6 +158,7 @@ pub async fn sweep(agent: &Agent, failures: &Failures) -> anyhow::Result<usize> 
                     true => e.msg.clone(),
                     false => format!("{}: {}", e.msg, e.details),
                 };
+                super::pod_events::hotplug_failed(agent, ns, name, &message);
                 if let Some(line) = failures.failed(&record.container_id, &message, Instant::now()) {
                     tracing::warn!(pod = %format!("{ns}/{name}"), "dynamic networks: {line}");
                 }

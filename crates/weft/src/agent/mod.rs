@@ -8,6 +8,7 @@ mod ipam;
 pub mod journal;
 mod limits;
 mod metrics;
+mod pod_events;
 mod routes;
 mod server;
 mod socket;
@@ -91,6 +92,8 @@ pub struct Agent {
     pub metrics: Metrics,
     /// IPAM releases that wait for the store (the API server is unreachable).
     pub journal: journal::ReleaseJournal,
+    /// The Events the agent records (aggregated, rate limited per pod).
+    pub events: crate::event_recorder::Recorder,
 }
 
 impl Agent {
@@ -173,6 +176,8 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
         store = cached;
     }
     let daemon_config = autoconf::load_daemon_config(args.config.as_deref())?;
+    // Events are written through the API server directly (no watch cache holds them).
+    let ipam_store_for_events = ipam_store.clone();
     let agent = Arc::new(Agent {
         args: args.clone(),
         state_dir: state.to_path_buf(),
@@ -182,6 +187,11 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
         daemon_config,
         metrics: Metrics::default(),
         journal: journal::ReleaseJournal::open(state),
+        events: crate::event_recorder::Recorder::new(
+            ipam_store_for_events,
+            crate::cluster::Component::Node.name(),
+            crate::event_recorder::Limits::default(),
+        ),
     });
     let server_state = Arc::new(server::ServerState {
         agent: agent.clone(),

@@ -18,13 +18,11 @@ use crate::kinds::{Event, Pod};
 /// `weft explain KIND NAME`.
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
-    /// Kind (only `vmi`).
+    /// Kind (only `vmi`), or `vmi/NAME`.
+    #[arg(value_name = "KIND[/NAME]")]
     pub kind: String,
-    /// Name.
-    pub name: String,
-    /// Namespace.
-    #[arg(short, long, default_value = "default")]
-    pub namespace: String,
+    /// Name (unless given as `vmi/NAME`).
+    pub name: Option<String>,
     /// Output: text (default) or json.
     #[arg(short, long, default_value = "text")]
     pub output: String,
@@ -109,23 +107,22 @@ async fn gather_netns(state: &Path, pod: Option<&Pod>) -> Result<NetnsFacts, Str
         .map_err(|e| format!("{e:#}"))
 }
 
-pub async fn run(state: &Path, args: ExplainArgs) -> anyhow::Result<i32> {
-    let kind = cluster::resolve_kind(&args.kind)?;
+pub async fn run(state: &Path, args: ExplainArgs, ns: &str) -> anyhow::Result<i32> {
+    let (kind_arg, name) = super::targets::one_object(&args.kind, args.name.as_deref())?;
+    let kind = cluster::resolve_kind(&kind_arg)?;
     anyhow::ensure!(
         kind.kind == "VirtualMachineInstance",
-        "weft explain knows only vmi (got {})",
-        args.kind
+        "weft explain knows only vmi (got {kind_arg})"
     );
     let store = cluster::open_running_store(state).await?;
-    let ns = args.namespace.as_str();
     let vmi = Api::<VirtualMachineInstance>::namespaced(store.clone(), ns)
-        .get(&args.name)
+        .get(&name)
         .await?
-        .with_context(|| format!("VirtualMachineInstance {ns}/{} not found", args.name))?;
+        .with_context(|| format!("VirtualMachineInstance {ns}/{name} not found"))?;
     let pods = Api::<Pod>::namespaced(store.clone(), ns)
         .list(&ListOptions::default())
         .await?;
-    let pod = launcher_of(&pods, &args.name).cloned();
+    let pod = launcher_of(&pods, &name).cloned();
     let nads = Api::<NetworkAttachmentDefinition>::all(store.clone())
         .list(&ListOptions::default())
         .await?
@@ -145,7 +142,7 @@ pub async fn run(state: &Path, args: ExplainArgs) -> anyhow::Result<i32> {
         .await?
         .into_iter()
         .filter(|e| {
-            (e.involved_object.kind == "VirtualMachineInstance" && e.involved_object.name == args.name)
+            (e.involved_object.kind == "VirtualMachineInstance" && e.involved_object.name == name)
                 || (e.involved_object.kind == "Pod" && Some(&e.involved_object.name) == pod_name.as_ref())
         })
         .collect();

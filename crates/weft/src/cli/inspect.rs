@@ -1,67 +1,12 @@
-//! `weft get`, `delete`, `start`, `stop`, `vm render`, `net parse`, `net status`.
+//! Tables of `weft get`; `start`, `stop`, `vm render`, `net parse`, `net status`.
 
 use std::path::Path;
 
 use anyhow::Context;
-use clap::Args;
 use serde_json::Value;
 use weft_store::{ListOptions, Object};
 
 use crate::cluster;
-
-/// `weft get KIND [NAME]`.
-#[derive(Debug, Args)]
-pub struct GetArgs {
-    /// Kind (vm, vmi, pod, node, nad, ipamclaim).
-    pub kind: String,
-    /// Name (all when absent).
-    pub name: Option<String>,
-    /// Namespace.
-    #[arg(short, long, default_value = "default")]
-    pub namespace: String,
-    /// All namespaces.
-    #[arg(short = 'A', long)]
-    pub all_namespaces: bool,
-    /// Output: table (default), yaml, json.
-    #[arg(short, long, default_value = "table")]
-    pub output: String,
-}
-
-pub async fn get(state: &Path, args: GetArgs) -> anyhow::Result<i32> {
-    let ty = cluster::resolve_kind(&args.kind)?;
-    let store = cluster::open_running_store(state).await?;
-    let namespace = (ty.namespaced && !args.all_namespaces).then_some(args.namespace.as_str());
-    let objects: Vec<Object> = match &args.name {
-        Some(name) => vec![
-            store
-                .get(&ty, namespace, name)
-                .await?
-                .with_context(|| format!("{} {} not found", ty.kind, ty.key(namespace, name)))?,
-        ],
-        None => store.list(&ty, namespace, &ListOptions::default()).await?.items,
-    };
-    match args.output.as_str() {
-        "yaml" => {
-            for (i, object) in objects.iter().enumerate() {
-                if i > 0 {
-                    println!("---");
-                }
-                print!("{}", serde_saphyr::to_string(object)?);
-            }
-        }
-        "json" => {
-            let value = if args.name.is_some() {
-                serde_json::to_value(&objects[0])?
-            } else {
-                serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects})
-            };
-            println!("{}", serde_json::to_string_pretty(&value)?);
-        }
-        "table" | "wide" => print!("{}", table(&ty.kind, &objects, args.all_namespaces)),
-        other => anyhow::bail!("unknown output format {other:?} (table, yaml, json)"),
-    }
-    Ok(0)
-}
 
 fn text(object: &Object, path: &str) -> String {
     match object.path(path) {
@@ -90,12 +35,18 @@ fn age(object: &Object) -> String {
 
 /// The default table for a kind (columns as kubectl/virtctl show them).
 pub fn table(kind: &str, objects: &[Object], with_namespace: bool) -> String {
+    table_with(kind, objects, with_namespace, false)
+}
+
+/// [`table`], with the columns of `-o wide` when `wide`.
+pub fn table_with(kind: &str, objects: &[Object], with_namespace: bool, wide: bool) -> String {
     let header: Vec<&str> = match kind {
         "VirtualMachineInstance" => vec!["NAME", "AGE", "PHASE", "IP", "NODENAME", "READY"],
         "VirtualMachine" => vec!["NAME", "AGE", "STATUS", "READY"],
         "Pod" => vec!["NAME", "STATUS", "IP", "NODE", "AGE"],
         "IPAMClaim" => vec!["NAME", "NETWORK", "IPS", "OWNER", "AGE"],
         "Event" => vec!["TYPE", "REASON", "OBJECT", "COUNT", "LAST SEEN", "MESSAGE"],
+        "IPReservation" => vec!["NAME", "NETWORK", "IP", "HOLDER", "NODE", "AGE"],
         _ => vec!["NAME", "AGE"],
     };
     let mut rows: Vec<Vec<String>> = Vec::new();
@@ -159,15 +110,26 @@ pub fn table(kind: &str, objects: &[Object], with_namespace: bool) -> String {
                 text(o, "status.ownerPod.name"),
                 age(o),
             ],
+            "IPReservation" => {
+                let mut row = super::wide::reservation_row(o);
+                row.push(age(o));
+                row
+            }
             _ => vec![name, age(o)],
         };
         let mut row = row;
+        if wide {
+            row.extend(super::wide::cells(kind, o));
+        }
         if with_namespace {
             row.insert(0, o.metadata.namespace.clone().unwrap_or_default());
         }
         rows.push(row);
     }
     let mut header: Vec<String> = header.into_iter().map(String::from).collect();
+    if wide {
+        header.extend(super::wide::headers(kind).iter().map(|h| h.to_string()));
+    }
     if with_namespace {
         header.insert(0, "NAMESPACE".into());
     }
@@ -196,17 +158,6 @@ fn render_table(header: &[String], rows: &[Vec<String>]) -> String {
         out += &line(row);
     }
     out
-}
-
-pub async fn delete(state: &Path, kind: &str, name: &str, namespace: &str) -> anyhow::Result<i32> {
-    let ty = cluster::resolve_kind(kind)?;
-    let store = cluster::open_running_store(state).await?;
-    let ns = ty.namespaced.then_some(namespace);
-    match store.delete(&ty, ns, name, None).await? {
-        Some(_) => println!("{}/{name} deleted", ty.kind.to_lowercase()),
-        None => anyhow::bail!("{} {} not found", ty.kind, ty.key(ns, name)),
-    }
-    Ok(0)
 }
 
 pub async fn set_running(state: &Path, name: &str, namespace: &str, running: bool) -> anyhow::Result<i32> {

@@ -80,6 +80,11 @@ pub struct ManifestErrors(pub Vec<ManifestError>);
 /// weft knows, and have a valid name and namespace (namespaced objects without one get
 /// `default`). Every document is checked; all problems are returned together.
 pub fn parse_manifests(text: &str, origin: &str) -> Result<Vec<Object>, ManifestErrors> {
+    parse_manifests_in(text, origin, "default")
+}
+
+/// [`parse_manifests`], with namespaced objects that name none put in `namespace` (`-n`).
+pub fn parse_manifests_in(text: &str, origin: &str, namespace: &str) -> Result<Vec<Object>, ManifestErrors> {
     let documents: Vec<Value> = if text.trim_start().starts_with(['{', '[']) {
         match serde_json::from_str::<Value>(text) {
             Ok(Value::Array(items)) => items,
@@ -110,7 +115,7 @@ pub fn parse_manifests(text: &str, origin: &str) -> Result<Vec<Object>, Manifest
         if document.is_null() {
             continue;
         }
-        match check_document(document, &format!("{origin}: document {}", index + 1)) {
+        match check_document(document, &format!("{origin}: document {}", index + 1), namespace) {
             Ok(object) => objects.push(object),
             Err(error) => errors.push(error),
         }
@@ -123,7 +128,7 @@ pub fn parse_manifests(text: &str, origin: &str) -> Result<Vec<Object>, Manifest
 }
 
 /// One document → a valid object of a known kind, or its first problem.
-fn check_document(document: Value, what: &str) -> Result<Object, ManifestError> {
+fn check_document(document: Value, what: &str, namespace: &str) -> Result<Object, ManifestError> {
     let text = |pointer: &str| {
         document
             .pointer(pointer)
@@ -153,7 +158,7 @@ fn check_document(document: Value, what: &str) -> Result<Object, ManifestError> 
         kind: object.kind.clone(),
     })?;
     if ty.namespaced && object.metadata.namespace.is_none() {
-        object.metadata.namespace = Some("default".into());
+        object.metadata.namespace = Some(namespace.into());
     }
     validate_metadata(&ty, &object.metadata).map_err(|source| ManifestError::Invalid {
         what: what.into(),
@@ -365,23 +370,31 @@ pub async fn admit_objects(
     Ok(lines)
 }
 
-/// `weft apply -f FILE`: every problem of the file is printed (one line each) and nothing is
-/// written unless the whole file is valid and every VM/VMI is admitted ([`admit_objects`]); a failed write rolls back the earlier ones.
-pub async fn apply(state: &Path, file: &Path) -> anyhow::Result<i32> {
+/// Read and parse a manifest file (`-` for stdin), objects without a namespace in
+/// `namespace`; `None` when the file has problems, each printed on stderr (one line each).
+pub fn read_manifests(file: &Path, namespace: &str) -> anyhow::Result<Option<Vec<Object>>> {
     use anyhow::Context;
     let text = if file == Path::new("-") {
         std::io::read_to_string(std::io::stdin()).context("read stdin")?
     } else {
         std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?
     };
-    let objects = match parse_manifests(&text, &file.display().to_string()) {
-        Ok(objects) => objects,
+    match parse_manifests_in(&text, &file.display().to_string(), namespace) {
+        Ok(objects) => Ok(Some(objects)),
         Err(ManifestErrors(errors)) => {
             for error in errors {
                 eprintln!("error: {}", one_line(&error.to_string()));
             }
-            return Ok(1);
+            Ok(None)
         }
+    }
+}
+
+/// `weft apply -f FILE`: every problem of the file is printed (one line each) and nothing is
+/// written unless the whole file is valid and every VM/VMI is admitted ([`admit_objects`]); a failed write rolls back the earlier ones.
+pub async fn apply(state: &Path, file: &Path, namespace: &str) -> anyhow::Result<i32> {
+    let Some(objects) = read_manifests(file, namespace)? else {
+        return Ok(1);
     };
     let store = cluster::open_running_store(state).await?;
     let mut objects = objects;

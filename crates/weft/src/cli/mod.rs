@@ -2,13 +2,17 @@
 
 mod describe;
 mod explain;
+mod get;
+mod help;
 mod inspect;
 mod ipam_check;
 mod manifests;
+mod targets;
+mod wide;
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{FromArgMatches, Parser, Subcommand};
 
 pub use inspect::table;
 pub use manifests::{admit_objects, apply_objects, parse_manifests};
@@ -32,9 +36,24 @@ pub struct Cli {
     /// Log filter (tracing env-filter syntax), e.g. `info`, `weft=debug`.
     #[arg(long, global = true, env = "WEFT_LOG", default_value = "info")]
     pub log: String,
+    /// The namespace of the objects a command names (kubectl's `-n`).
+    #[arg(short = 'n', long, global = true, default_value = "default")]
+    pub namespace: String,
+    /// List objects of every namespace (`get`, `delete -l`).
+    #[arg(short = 'A', long, global = true)]
+    pub all_namespaces: bool,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Which namespaces a command is about: `-n` and `-A`.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    /// `-n`: the namespace of named objects, and of lists without `-A`.
+    pub namespace: String,
+    /// `-A`: lists span every namespace.
+    pub all_namespaces: bool,
 }
 
 /// Subcommands.
@@ -57,39 +76,28 @@ pub enum Command {
         #[arg(short = 'f', long = "filename")]
         file: PathBuf,
     },
-    /// List objects, or show one.
-    Get(inspect::GetArgs),
+    /// List objects, or show some (kubectl's forms: `KIND [NAME]`, `KIND/NAME`, `-l`, `-o`).
+    ///
+    /// `weft get vmi`, `get vm/vm1 -o yaml`, `get pods -l app=web -o wide`, `get vmi vm1 -o
+    /// jsonpath='{.status.interfaces[0].ipAddress}'`, `get ipreservations`.
+    Get(get::GetArgs),
     /// Show one object in kubectl's describe layout, with its conditions and the Events about it.
     Describe(describe::DescribeArgs),
     /// Explain, stage by stage, why each interface of a VMI works or not (spec, pod
     /// annotations, network-status, pod links, wiring, DHCP, guest, status), with what to
     /// change; exits 1 when a stage fails.
     Explain(explain::ExplainArgs),
-    /// Delete an object.
-    Delete {
-        /// Kind (vm, vmi, pod, nad, ipamclaim, node).
-        kind: String,
-        /// Name.
-        name: String,
-        /// Namespace.
-        #[arg(short, long, default_value = "default")]
-        namespace: String,
-    },
+    /// Delete objects (`KIND NAME`, `KIND/NAME`, `-f FILE`, `KIND -l SELECTOR`).
+    Delete(get::DeleteArgs),
     /// Start a VirtualMachine (spec.running = true).
     Start {
         /// VM name.
         name: String,
-        /// Namespace.
-        #[arg(short, long, default_value = "default")]
-        namespace: String,
     },
     /// Stop a VirtualMachine (spec.running = false).
     Stop {
         /// VM name.
         name: String,
-        /// Namespace.
-        #[arg(short, long, default_value = "default")]
-        namespace: String,
     },
     /// Migrate a running VM to another node (the local cluster starts a target launcher pod,
     /// hands over, and removes the source; claimed addresses stay).
@@ -99,9 +107,6 @@ pub enum Command {
         /// Target node (default: any other node).
         #[arg(long)]
         to: Option<String>,
-        /// Namespace.
-        #[arg(short, long, default_value = "default")]
-        namespace: String,
     },
     /// VM network decisions.
     #[command(subcommand)]
@@ -177,11 +182,9 @@ pub enum IpamCommand {
 /// `weft net ...`
 #[derive(Debug, Subcommand)]
 pub enum NetCommand {
-    /// Parse a `k8s.v1.cni.cncf.io/networks` annotation value as the meta-plugin does.
+    /// Parse a `k8s.v1.cni.cncf.io/networks` annotation value as the meta-plugin does (`-n`:
+    /// the pod's namespace, the default of elements without one).
     Parse {
-        /// Namespace of the pod (default for elements without one).
-        #[arg(long, default_value = "default")]
-        namespace: String,
         /// The annotation value.
         annotation: String,
     },
@@ -189,15 +192,15 @@ pub enum NetCommand {
     Status {
         /// Pod name.
         pod: String,
-        /// Namespace.
-        #[arg(short, long, default_value = "default")]
-        namespace: String,
     },
 }
 
 /// Parse arguments, run, return the exit code.
 pub fn run() -> i32 {
-    let cli = Cli::parse();
+    let cli = match Cli::from_arg_matches(&help::command().get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     init_logging(&cli.log, cli.log_file.as_deref());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -258,6 +261,11 @@ fn init_logging(filter: &str, file: Option<&std::path::Path>) {
 
 async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     let state = cli.state_dir.clone();
+    let scope = Scope {
+        namespace: cli.namespace.clone(),
+        all_namespaces: cli.all_namespaces,
+    };
+    let namespace = scope.namespace.as_str();
     crate::cluster::set_target(match (&cli.kubeconfig, cli.in_cluster) {
         (Some(path), _) => crate::cluster::StoreTarget::Kubernetes(Some(path.clone())),
         (None, true) => crate::cluster::StoreTarget::Kubernetes(None),
@@ -268,28 +276,17 @@ async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Down => crate::local::down(&state).await,
         Command::Init => crate::cluster::init_store(&state).await,
         Command::Supervise => crate::local::supervisor::run(&state).await,
-        Command::Apply { file } => manifests::apply(&state, &file).await,
-        Command::Get(args) => inspect::get(&state, args).await,
-        Command::Describe(args) => describe::run(&state, args).await,
-        Command::Explain(args) => explain::run(&state, args).await,
-        Command::Delete {
-            kind,
-            name,
-            namespace,
-        } => inspect::delete(&state, &kind, &name, &namespace).await,
-        Command::Start { name, namespace } => inspect::set_running(&state, &name, &namespace, true).await,
-        Command::Stop { name, namespace } => inspect::set_running(&state, &name, &namespace, false).await,
-        Command::Migrate { name, to, namespace } => {
-            inspect::migrate(&state, &name, to.as_deref(), &namespace).await
-        }
+        Command::Apply { file } => manifests::apply(&state, &file, namespace).await,
+        Command::Get(args) => get::get(&state, args, &scope).await,
+        Command::Describe(args) => describe::run(&state, args, namespace).await,
+        Command::Explain(args) => explain::run(&state, args, namespace).await,
+        Command::Delete(args) => get::delete(&state, args, &scope).await,
+        Command::Start { name } => inspect::set_running(&state, &name, namespace, true).await,
+        Command::Stop { name } => inspect::set_running(&state, &name, namespace, false).await,
+        Command::Migrate { name, to } => inspect::migrate(&state, &name, to.as_deref(), namespace).await,
         Command::Vm(VmCommand::Render { file }) => inspect::vm_render(&file),
-        Command::Net(NetCommand::Parse {
-            namespace,
-            annotation,
-        }) => inspect::net_parse(&namespace, &annotation),
-        Command::Net(NetCommand::Status { pod, namespace }) => {
-            inspect::net_status(&state, &pod, &namespace).await
-        }
+        Command::Net(NetCommand::Parse { annotation }) => inspect::net_parse(namespace, &annotation),
+        Command::Net(NetCommand::Status { pod }) => inspect::net_status(&state, &pod, namespace).await,
         Command::Ipam(IpamCommand::List { network }) => inspect::ipam_list(&state, network.as_deref()).await,
         Command::Ipam(IpamCommand::Check { repair }) => ipam_check::run(&state, repair).await,
         Command::Agent(args) => crate::agent::run(&state, args).await,

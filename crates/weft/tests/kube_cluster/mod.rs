@@ -41,6 +41,10 @@ pub fn pods() -> ResourceType {
     ResourceType::new("v1", "Pod", "pods", true)
 }
 
+pub fn events() -> ResourceType {
+    ResourceType::new("v1", "Event", "events", true)
+}
+
 pub fn nads() -> ResourceType {
     weft_netconf::NetworkAttachmentDefinition::resource_type()
 }
@@ -67,6 +71,11 @@ impl FakeCluster {
             .build()
             .unwrap();
         let objects = MemoryStore::shared();
+        // Every agent records Events (core/v1): the API serves them whatever else it serves.
+        let mut types = types;
+        if !types.iter().any(|t| t.kind == "Event") {
+            types.push(events());
+        }
         let api = FakeApiServer::new(objects.clone(), types);
         // The agent may do what deploy/'s weft-node role grants, nothing more: a request
         // outside it is a 403 and fails the test.
