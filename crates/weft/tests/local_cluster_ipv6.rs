@@ -146,8 +146,22 @@ fn exercise(state: &Path) {
             .any(|r| r.starts_with("default") && r.contains("dev eth1"))
     );
 
-    // status.interfaces carry both families.
-    let vmi = vmi_json(state, "vm1");
+    // status.interfaces carry both families once qemu-guest-agent (polled every few seconds)
+    // has seen the guest's IPv6 addresses: KubeVirt's merge keeps a family of the pod's
+    // addresses only while the guest reports that family too.
+    let vm1_data_v6 = eth1.address.addr().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let vmi = loop {
+        let vmi = vmi_json(state, "vm1");
+        let default_ips = ips(&vmi, "default");
+        if (default_ips.iter().any(|ip| ip.starts_with("fd10:244:"))
+            && ips(&vmi, "data").contains(&vm1_data_v6))
+            || Instant::now() >= deadline
+        {
+            break vmi;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
     let default_ips = ips(&vmi, "default");
     assert!(
         default_ips.iter().any(|ip| ip.starts_with("10.244.")),
@@ -162,7 +176,6 @@ fn exercise(state: &Path) {
         data_ips.iter().any(|ip| ip.starts_with("192.168.100.")),
         "{data_ips:?}"
     );
-    let vm1_data_v6 = eth1.address.addr().to_string();
     assert!(
         data_ips.contains(&vm1_data_v6),
         "{data_ips:?} lacks {vm1_data_v6}"
