@@ -2,6 +2,7 @@
 # Install what weft needs on a Debian 12 (bookworm) machine, as root. Idempotent.
 #  - the reference CNI plugins (delegates), nftables, iproute2, busybox (guest userland and test
 #    clients), dnsmasq (DHCP baseline in benchmarks), podman + runc (a real CNI runtime),
+#    containerd (a real CRI runtime: tests/containerd_cri.rs),
 #    libvirt-clients + libxml2-utils (virt-xml-validate),
 #  - QEMU from bookworm-backports (bookworm's 7.2 would remove the preinstalled qemu-utils 10),
 #    enabled for these apt calls only (/etc/apt is not changed),
@@ -10,7 +11,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 export DEBIAN_FRONTEND=noninteractive
 pkgs=(containernetworking-plugins nftables iproute2 busybox-static dnsmasq-base cpio jq xz-utils
-      podman runc libvirt-clients libxml2-utils iptables procps curl)
+      podman runc libvirt-clients libxml2-utils iptables procps curl
+      containerd)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p"); done
 need_qemu=0
