@@ -100,11 +100,14 @@ fn ipv4_addresses(ip_o_addr: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Names of the links enslaved to `bridge` in `netns`.
+/// Names of the links enslaved to `bridge` in `netns` (none when the bridge is gone).
 fn bridge_ports(netns: &Netns, bridge: &str) -> Vec<String> {
-    netns
-        .ip_json(&["link", "show", "master", bridge])
-        .as_array()
+    let out = Command::new("ip")
+        .args(["-n", &netns.name, "-j", "link", "show", "master", bridge])
+        .output()
+        .expect("ip link show master");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    json.as_array()
         .into_iter()
         .flatten()
         .filter_map(|l| l["ifname"].as_str().map(String::from))
@@ -205,6 +208,8 @@ state = "{work}/state"
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        Root = "{work}/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{bin}"
     conf_dir = "{conf}"
@@ -321,8 +326,8 @@ fn containerd_cri_sandbox_gets_weft_networks_and_loses_them_on_remove() {
     let work = dir.path().join("containerd");
     std::fs::create_dir_all(&state).unwrap();
     std::fs::create_dir_all(&work).unwrap();
+    // The node namespace (loopback up: the CRI's stream server listens there).
     let node = Netns::new("crinode");
-    node.ip(&["link", "set", "lo", "up"]);
 
     // containerd's CNI bin dir: weft's plugins as installed, plus the loopback plugin the CRI
     // runs for every sandbox's lo.
