@@ -10,9 +10,10 @@
 //! (RFC 9113) for one unary call at a time: the connection preface, SETTINGS with large flow
 //! control windows (so no WINDOW_UPDATE is ever owed), header blocks sent as HPACK literals
 //! without indexing and without Huffman coding (RFC 7541 §6.2.2, always valid for a decoder),
-//! PING and SETTINGS acknowledged. Responses are judged by their frames: a call succeeded when
-//! its stream carried a complete gRPC message; a trailers-only answer is an error whose HPACK
-//! block is reported as is (the runtime's log has the text).
+//! PING and SETTINGS acknowledged, requests up to the peer's initial 64 KiB window. Responses
+//! are judged by their frames: a call succeeded when its stream carried a complete gRPC
+//! message; a trailers-only answer is an error whose HPACK block is reported as is (the
+//! runtime's log has the text).
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
@@ -404,6 +405,14 @@ impl CriClient {
     /// One unary call of `runtime.v1.RuntimeService/<method>`; returns the response message.
     pub fn call(&mut self, method: &str, request: &[u8]) -> Result<Vec<u8>, CriError> {
         let path = format!("/runtime.v1.RuntimeService/{method}");
+        // The peer's stream and connection windows start at 65,535 bytes and this client never
+        // waits for WINDOW_UPDATE: a larger request would break flow control.
+        if request.len() + 5 > 65_535 {
+            return Err(CriError::Protocol(format!(
+                "{method}: a {}-byte request does not fit the initial flow-control window",
+                request.len()
+            )));
+        }
         let stream = self.next_stream;
         self.next_stream += 2;
         let block = hpack_literals(&[
