@@ -2,6 +2,7 @@
 # Install what weft needs on a Debian 12 (bookworm) machine, as root. Idempotent.
 #  - the reference CNI plugins (delegates), nftables, iproute2, busybox (guest userland and test
 #    clients), dnsmasq (DHCP baseline in benchmarks), podman + runc (a real CNI runtime),
+#    containerd (a real CRI runtime: tests/containerd_cri.rs),
 #    libvirt-clients + libxml2-utils (virt-xml-validate), qemu-guest-agent (copied into the guest
 #    image with its libraries, not run on the host),
 #    passt (the passt binding; bookworm's 0.0~git20230309, bookworm-backports has none),
@@ -13,7 +14,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 export DEBIAN_FRONTEND=noninteractive
 pkgs=(containernetworking-plugins nftables iproute2 busybox-static dnsmasq-base cpio jq xz-utils
       podman runc libvirt-clients libxml2-utils iptables procps curl
-      qemu-guest-agent passt)
+      qemu-guest-agent passt containerd)
 pkgs+=(dhcpcd-base)  # the guest's DHCPv6/router-advertisement client (weft up --ipv6)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p"); done
