@@ -231,17 +231,9 @@ pub fn is_tap_attachment(binding: &InterfaceBinding) -> bool {
     }
 }
 
-/// The converter's `<interface>` for one VMI interface, before the launcher enriches it;
-/// `None` for interfaces that are not in the domain as `<interface>` (absent, SR-IOV, plugins
-/// without a TAP attachment).
-pub fn convert_interface(
-    iface: &VmiInterface,
-    options: &ConvertOptions,
-) -> Result<Option<Interface>, ConvertError> {
-    let passt = iface.binding == InterfaceBinding::Passt;
-    if iface.state == InterfaceState::Absent || !(passt || is_tap_attachment(&iface.binding)) {
-        return Ok(None);
-    }
+/// The interface's spec `pciAddress` and `macAddress` as domain elements (each `None` when
+/// unset), or the error naming the field that does not parse.
+pub fn spec_address_and_mac(iface: &VmiInterface) -> Result<(Option<Address>, Option<Mac>), ConvertError> {
     let address = match &iface.pci_address {
         Some(text) => Some(pci_address(text).ok_or_else(|| ConvertError::InvalidPciAddress {
             interface: iface.name.clone(),
@@ -263,6 +255,21 @@ pub fn convert_interface(
         }),
         None => None,
     };
+    Ok((address, mac))
+}
+
+/// The converter's `<interface>` for one VMI interface, before the launcher enriches it;
+/// `None` for interfaces that are not in the domain as `<interface>` (absent, SR-IOV, plugins
+/// without a TAP attachment).
+pub fn convert_interface(
+    iface: &VmiInterface,
+    options: &ConvertOptions,
+) -> Result<Option<Interface>, ConvertError> {
+    let passt = iface.binding == InterfaceBinding::Passt;
+    if iface.state == InterfaceState::Absent || !(passt || is_tap_attachment(&iface.binding)) {
+        return Ok(None);
+    }
+    let (address, mac) = spec_address_and_mac(iface)?;
     let queues = if is_virtio(iface) { queue_count(options) } else { 0 };
     let driver = (is_virtio(iface) && (queues > 0 || options.launch_security)).then(|| Driver {
         name: (queues > 0).then(|| "vhost".to_string()),

@@ -6,8 +6,8 @@
 //! ([`crate::interface::convert_interface`]).
 
 use crate::interface::{ConvertError, ConvertOptions, PASST_LOG_FILE, USER_ALIAS_PREFIX, VmiInterface};
-use crate::interface::{model_name, passt_port_forwards, pci_address};
-use crate::xml::{Acpi, Alias, Backend, Interface, InterfaceSource, Mac, Model};
+use crate::interface::{model_name, passt_port_forwards, spec_address_and_mac};
+use crate::xml::{Acpi, Alias, Backend, Interface, InterfaceSource, Model};
 
 /// The pod interface the sidecar binds the forwarded ports to (`PrimaryPodInterfaceName`).
 pub const PRIMARY_POD_INTERFACE: &str = "eth0";
@@ -20,27 +20,7 @@ pub fn plugin_interface(
     options: &ConvertOptions,
     pod_iface: &str,
 ) -> Result<Interface, ConvertError> {
-    let address = match &iface.pci_address {
-        Some(text) => Some(pci_address(text).ok_or_else(|| ConvertError::InvalidPciAddress {
-            interface: iface.name.clone(),
-            field: "pciAddress",
-            value: text.clone(),
-        })?),
-        None => None,
-    };
-    let mac = match &iface.mac_address {
-        Some(text) if !weft_cni::mac::is_colon_mac(text) => {
-            return Err(ConvertError::InvalidMac {
-                interface: iface.name.clone(),
-                field: "macAddress",
-                value: text.clone(),
-            });
-        }
-        Some(text) => Some(Mac {
-            address: text.clone(),
-        }),
-        None => None,
-    };
+    let (address, mac) = spec_address_and_mac(iface)?;
     let mut port_forward = passt_port_forwards(&iface.ports, options.istio);
     for forward in &mut port_forward {
         forward.dev = Some(PRIMARY_POD_INTERFACE.to_string());
