@@ -83,9 +83,10 @@ fn guest_leases_both_nics_from_weft_dhcp_and_pings_the_bridges() {
         .wait_for(Duration::from_secs(60), |report| {
             report.check("httpd", "80").is_some()
                 && ["eth0", "eth1"].iter().all(|i| {
-                    report
-                        .agent_interface(i)
-                        .is_some_and(|ga| !ga.addresses.is_empty())
+                    report.lease(i).is_some()
+                        && report
+                            .agent_interface(i)
+                            .is_some_and(|ga| ga.addresses.iter().any(|a| a.addr().is_ipv4()))
                 })
         })
         .unwrap_or_else(|error| {

@@ -55,9 +55,12 @@ fn hotplugged_nic_is_leased_inside_the_guest() {
         .hotplug_nic(&GuestNic::virtio("wt-tap1", MAC1), "weft-nic1")
         .unwrap_or_else(|e| explain(e));
     let report = guest
+        // Both the lease line and an IPv4 address in the agent's report: the interface shows
+        // its IPv6 link-local address before udhcpc has its lease.
         .wait_for(Duration::from_secs(30), |r| {
-            r.agent_interface("eth1")
-                .is_some_and(|ga| !ga.addresses.is_empty())
+            r.lease("eth1").is_some()
+                && r.agent_interface("eth1")
+                    .is_some_and(|ga| ga.addresses.iter().any(|a| a.addr().is_ipv4()))
         })
         .unwrap_or_else(|e| explain(e));
     let eth1 = report.lease("eth1").expect("hot-plugged NIC leased");
