@@ -422,8 +422,8 @@ impl RunningGuest {
             move |source| QemuError::Io { guest, path, source }
         };
         std::fs::create_dir_all(&spec.run_dir).map_err(io(&spec.run_dir))?;
-        File::create(spec.serial_log()).map_err(io(&spec.serial_log()))?;
-        let qemu_log = File::create(spec.qemu_log()).map_err(io(&spec.qemu_log()))?;
+        create_private(&spec.serial_log()).map_err(io(&spec.serial_log()))?;
+        let qemu_log = create_private(&spec.qemu_log()).map_err(io(&spec.qemu_log()))?;
         let qemu_err = qemu_log.try_clone().map_err(io(&spec.qemu_log()))?;
         let argv = spec.argv();
         let mut command = Command::new(&argv[0]);
@@ -706,6 +706,18 @@ impl Drop for RunningGuest {
     fn drop(&mut self) {
         let _ = self.kill();
     }
+}
+
+/// Create (or truncate) a log file readable by root only: the guest's serial log and QEMU's
+/// output name addresses and leases. QEMU opens the serial file itself later and keeps its mode.
+fn create_private(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
 }
 
 #[cfg(test)]

@@ -94,6 +94,12 @@ fn guest_leases_both_nics_from_weft_dhcp_and_pings_the_bridges() {
             panic!("{error}\nserial log:\n{log}")
         });
 
+    // The logs name leases and addresses: root's only.
+    for log in [spec.serial_log(), spec.qemu_log()] {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&log).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", log.display());
+    }
     let eth0 = report.lease("eth0").expect("eth0 lease");
     assert_eq!(eth0.address, "10.0.2.2/24".parse().unwrap());
     assert_eq!(eth0.router, Some(Ipv4Addr::new(10, 0, 2, 1)));

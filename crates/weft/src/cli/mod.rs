@@ -239,10 +239,13 @@ pub fn log_filter(spec: &str) -> String {
 fn init_logging(filter: &str, file: Option<&std::path::Path>) {
     let filter = tracing_subscriber::EnvFilter::try_new(log_filter(filter))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // A log file weft creates is readable by root only (logs name pods, addresses, errors).
     let opened = file.and_then(|path| {
+        use std::os::unix::fs::OpenOptionsExt;
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
             .open(path)
             .ok()
     });
@@ -252,8 +255,10 @@ fn init_logging(filter: &str, file: Option<&std::path::Path>) {
             .with_ansi(false)
             .with_writer(std::sync::Mutex::new(file))
             .try_init(),
+        // Colours only on a terminal: the local cluster's daemons log to files through stderr.
         None => tracing_subscriber::fmt()
             .with_env_filter(filter)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_writer(std::io::stderr)
             .try_init(),
     };

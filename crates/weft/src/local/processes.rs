@@ -4,6 +4,7 @@
 //! `weft down` signals exactly the processes it recorded and never a process that reused a pid.
 
 use std::fs::{self, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -108,9 +109,11 @@ pub fn spawn_child(
     if let Some(dir) = log.parent() {
         fs::create_dir_all(dir)?;
     }
+    // Root-only, as every file weft creates (logs name pods, addresses and errors).
     let out = OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(log)
         .with_context(|| format!("open {}", log.display()))?;
     command.stdin(Stdio::null()).stdout(out.try_clone()?).stderr(out);
@@ -219,6 +222,22 @@ fn stop(processes: &[(String, ProcessRecord)], grace: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_daemon_log_is_root_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("logs/agent.log");
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command.arg("--list");
+        let status = spawn_child("t", None, command, &log, false)
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert!(status.success());
+        let mode = fs::metadata(&log).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
 
     #[test]
     fn start_time_is_field_22_even_with_odd_command_names() {
