@@ -49,6 +49,6 @@ pub use names::{
 };
 pub use netstatus::network_statuses;
 pub use render::{RenderError, render};
-pub use setup::verify_migratable;
+pub use setup::{HotplugPlan, plan_hotplug, verify_migratable};
 pub use status::{DomainReport, controller_status_interfaces, handler_status_interfaces};
 pub use sync::{PodView, VmiSyncPlan, plan_vmi_sync};

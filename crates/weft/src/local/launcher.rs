@@ -444,19 +444,35 @@ fn apply_hotplug(
     statuses: &[weft_netconf::NetworkStatus],
     state: &mut LauncherState,
 ) -> anyhow::Result<usize> {
+    // What changes is weft_vm's decision (KubeVirt's hot-plug selection) on what this launcher
+    // sees: the pod interfaces the meta-plugin attached, the guest's NICs, the pod-side wiring.
     let names = weft_vm::pod_interface_names(&vmi.spec.networks, statuses);
-    let attached: Vec<&str> = statuses.iter().map(|s| s.interface.as_str()).collect();
-    let wired: Vec<String> = state.plans.iter().map(|p| p.pod_iface.clone()).collect();
+    let network_of = |pod_iface: &str| {
+        names
+            .iter()
+            .find(|(_, iface)| iface.as_str() == pod_iface)
+            .map(|(network, _)| network.clone())
+    };
+    let attached: Vec<String> = statuses.iter().filter_map(|s| network_of(&s.interface)).collect();
+    let wired: Vec<String> = state
+        .plans
+        .iter()
+        .filter_map(|p| network_of(&p.pod_iface))
+        .collect();
+    let in_domain: Vec<String> = state.domain.iter().map(|nic| nic.name.clone()).collect();
+    fn strs(v: &[String]) -> Vec<&str> {
+        v.iter().map(String::as_str).collect()
+    }
+    let plan = weft_vm::plan_hotplug(vmi, &strs(&attached), &strs(&in_domain), &strs(&wired));
+    if plan.is_empty() {
+        return Ok(0);
+    }
     let netns = weft_host::Netns::open(&state.netns_path)?;
     let mut changes = 0;
-    for index in 0..vmi.spec.interfaces().len() {
-        let interface = &vmi.spec.interfaces()[index];
-        let Some(pod_iface) = names.get(&interface.name) else {
+    for network in &plan.attach {
+        let Some(index) = vmi.spec.interfaces().iter().position(|i| &i.name == network) else {
             continue;
         };
-        if interface.is_absent() || !attached.contains(&pod_iface.as_str()) || wired.contains(pod_iface) {
-            continue;
-        }
         let nic = wire_interface(state, &netns, vmi, index, statuses)?;
         if let Some(guest) = state.guest.as_mut() {
             guest
@@ -469,16 +485,8 @@ fn apply_hotplug(
         state.domain.push(nic);
         changes += 1;
     }
-    // Unplug: interfaces now absent that are still in the domain.
-    let absent: Vec<String> = vmi
-        .spec
-        .interfaces()
-        .iter()
-        .filter(|i| i.is_absent())
-        .map(|i| i.name.clone())
-        .collect();
-    for name in absent {
-        let Some(position) = state.domain.iter().position(|nic| nic.name == name) else {
+    for name in &plan.detach {
+        let Some(position) = state.domain.iter().position(|nic| &nic.name == name) else {
             continue;
         };
         let nic = state.domain.remove(position);
@@ -487,17 +495,26 @@ fn apply_hotplug(
                 .unplug_nic(&format!("ua-{}", nic.name))
                 .with_context(|| format!("detach {name} from the guest"))?;
         }
-        if let Some(plan_index) = state.plans.iter().position(|p| p.names.tap == nic.tap) {
+        changes += 1;
+    }
+    // The pod side of what left the domain, now or in an earlier pass whose teardown failed.
+    for name in plan.detach.iter().chain(&plan.unplug) {
+        let Some(pod_iface) = names.get(name) else {
+            continue;
+        };
+        if let Some(plan_index) = state.plans.iter().position(|p| &p.pod_iface == pod_iface) {
             let plan = state.plans.remove(plan_index);
             let mut backend = weft_launcher::exec::NetlinkBackend::open(&state.netns_path)?;
             exec::teardown(&mut backend, &plan)?;
         }
-        if let Some(server) = state.dhcp.remove(&name) {
+        if let Some(server) = state.dhcp.remove(name) {
             let _ = server.stop();
         }
-        state.dhcp6.remove(&name);
-        state.pod_ips.remove(&name);
-        changes += 1;
+        state.dhcp6.remove(name);
+        state.pod_ips.remove(name);
+        if !plan.detach.contains(name) {
+            changes += 1;
+        }
     }
     if changes > 0 {
         save(state)?;
