@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use anyhow::Context;
+
 use weft_domain::{
     ConvertOptions, DirectKernelBoot, InterfaceBinding, InterfaceState, PodInterface, VmiInterface,
 };
@@ -53,7 +55,7 @@ pub fn vmi_interfaces(vmi: &VirtualMachineInstance) -> Vec<VmiInterface> {
 }
 
 /// The domain XML of a local guest with `nics` (tap, MAC, MTU from the launcher wiring).
-pub fn render(vmi: &VirtualMachineInstance, nics: &[DomainNic], spec: &GuestSpec) -> String {
+pub fn render(vmi: &VirtualMachineInstance, nics: &[DomainNic], spec: &GuestSpec) -> anyhow::Result<String> {
     let pods: BTreeMap<String, PodInterface> = nics
         .iter()
         .map(|nic| {
@@ -77,7 +79,7 @@ pub fn render(vmi: &VirtualMachineInstance, nics: &[DomainNic], spec: &GuestSpec
     };
     let interfaces = match weft_domain::domain_interfaces(&vmi_interfaces(vmi), &options, &pods) {
         Ok(interfaces) => interfaces,
-        Err(e) => return format!("<!-- cannot render the interfaces: {e} -->\n"),
+        Err(e) => return Err(e).context("render the domain's <interface> elements"),
     };
     let boot = DirectKernelBoot {
         name: format!("{}_{}", vmi.namespace(), vmi.metadata.name),
@@ -99,5 +101,5 @@ pub fn render(vmi: &VirtualMachineInstance, nics: &[DomainNic], spec: &GuestSpec
                 &spec.qga_socket().display().to_string(),
             ));
     }
-    domain.to_xml().unwrap_or_else(|e| format!("<!-- {e} -->\n"))
+    domain.to_xml().context("serialize the domain XML")
 }

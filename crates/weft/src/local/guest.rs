@@ -80,7 +80,8 @@ pub fn boot(
 ) -> anyhow::Result<RunningGuest> {
     std::fs::create_dir_all(dir)?;
     let spec = spec_for(agent, vmi, nics, dir)?;
-    let domain_xml = crate::local::domain::render(vmi, nics, &spec);
+    // A domain weft cannot render is an error of the VM's start, not a comment in a file.
+    let domain_xml = crate::local::domain::render(vmi, nics, &spec)?;
     std::fs::write(dir.join("domain.xml"), domain_xml)?;
     let netns_name = Path::new(&netns.label().to_string())
         .file_name()
