@@ -720,8 +720,18 @@ pub fn domain_report(
 }
 
 /// Stop the guest and the DHCP servers, and undo the wiring (on the blocking pool).
-pub async fn stop(_agent: &Arc<Agent>, state: LauncherState) {
-    if let Err(e) = crate::local::blocking(move || stop_blocking(state)).await {
+pub async fn stop(agent: &Arc<Agent>, state: LauncherState) {
+    let state_dir = agent.state_dir.clone();
+    let pid = state.guest.as_ref().and_then(|g| g.pid());
+    let stopped = crate::local::blocking(move || {
+        stop_blocking(state);
+        // The guest's QEMU record goes with it (`weft down` would skip it anyway: not running).
+        if let Some(pid) = pid {
+            crate::local::processes::forget(&state_dir, pid);
+        }
+    })
+    .await;
+    if let Err(e) = stopped {
         tracing::warn!("stop the launcher: {e:#}");
     }
 }

@@ -97,6 +97,25 @@ pub fn recorded(state: &Path, name: &str) -> Option<ProcessRecord> {
     ProcessRecord::parse(&fs::read_to_string(pid_dir(state).join(format!("{name}.pid"))).ok()?)
 }
 
+/// Remove every record of process `pid` (a process weft stopped itself), so `run/` lists
+/// only what may still run.
+pub fn forget(state: &Path, pid: u32) {
+    let Ok(entries) = fs::read_dir(pid_dir(state)) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let is_record = path.extension().is_some_and(|e| e == "pid");
+        let of_pid = fs::read_to_string(&path)
+            .ok()
+            .and_then(|text| ProcessRecord::parse(&text))
+            .is_some_and(|r| r.pid == pid);
+        if is_record && of_pid {
+            let _ = fs::remove_file(&path);
+        }
+    }
+}
+
 /// Start `command` (stdin closed, stdout/stderr appended to `log`), optionally inside a network
 /// namespace, in its own session if `detach`; the caller owns the child.
 pub fn spawn_child(
@@ -222,6 +241,17 @@ fn stop(processes: &[(String, ProcessRecord)], grace: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn forget_removes_only_the_records_of_that_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        record(dir.path(), "qemu-default-vm1", me).unwrap();
+        fs::write(pid_dir(dir.path()).join("other.pid"), "1 1\n").unwrap();
+        forget(dir.path(), me);
+        assert!(recorded(dir.path(), "qemu-default-vm1").is_none());
+        assert!(recorded(dir.path(), "other").is_some());
+    }
 
     #[test]
     fn a_daemon_log_is_root_only() {
