@@ -8,11 +8,11 @@ use std::sync::Arc;
 use serde_json::Value;
 use weft_ipam::IpamClaim;
 use weft_netconf::NetworkAttachmentDefinition;
-use weft_store::{Api, ListOptions, ObjectMeta, OwnerReference, Resource, Store};
+use weft_store::{Api, ListOptions, OwnerReference, Resource, Store};
 use weft_vm::{VirtualMachine, VirtualMachineInstance};
 
-/// Label on claims naming their VM.
-pub const VM_LABEL: &str = "kubevirt.io/vm";
+/// Label on claims naming their VM (weft-ipam finds a launcher pod's claims by it).
+pub const VM_LABEL: &str = weft_ipam::vm_claim::CLAIM_VM_LABEL;
 
 /// The NAD's CNI network name if it allows persistent IPs.
 async fn persistent_network(
@@ -43,47 +43,113 @@ async fn persistent_network(
 
 /// Create the claims a VM needs (idempotent).
 pub async fn ensure_for_vm(store: &Arc<dyn Store>, vm: &VirtualMachine) -> anyhow::Result<()> {
+    ensure_missing(store, vm, None).await
+}
+
+/// The claim of VM network `network` (`<vm>.<network>`), owned by the VM without blocking its
+/// deletion, recording the pod interface name KubeVirt gives the network (hashed scheme).
+pub fn claim_for(vm: &VirtualMachine, network: &str, cni_network: &str) -> IpamClaim {
+    let ns = vm.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let mut claim = IpamClaim::new(
+        &ns,
+        &format!("{}.{network}", vm.metadata.name),
+        cni_network,
+        &weft_vm::hashed_pod_interface_name(network),
+    );
+    claim
+        .metadata
+        .labels
+        .insert(VM_LABEL.into(), vm.metadata.name.clone());
+    claim.metadata.owner_references.push(OwnerReference {
+        api_version: VirtualMachine::API_VERSION.into(),
+        kind: VirtualMachine::KIND.into(),
+        name: vm.metadata.name.clone(),
+        uid: vm.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        // Not blocking: under OwnerReferencesPermissionEnforcement `true` needs update on
+        // virtualmachines/finalizers, which weft-controller's role does not grant (docs/compat.md).
+        block_owner_deletion: None,
+    });
+    claim
+}
+
+/// The names of the claims a VM may need (`<vm>.<network>` per secondary Multus network),
+/// with the NAD each network names.
+fn candidate_claims(vm: &VirtualMachine) -> impl Iterator<Item = (String, &str, &str)> {
+    vm.spec.template.spec.networks.iter().filter_map(|network| {
+        let multus = network.multus.as_ref().filter(|m| !m.default)?;
+        Some((
+            format!("{}.{}", vm.metadata.name, network.name),
+            network.name.as_str(),
+            multus.network_name.as_str(),
+        ))
+    })
+}
+
+/// Create the VM's missing claims. `existing`: `(namespace, name)` of every claim, when the
+/// caller listed them (then nothing known to exist is read again); `None`: each is looked up.
+async fn ensure_missing(
+    store: &Arc<dyn Store>,
+    vm: &VirtualMachine,
+    existing: Option<&BTreeSet<(String, String)>>,
+) -> anyhow::Result<()> {
     let ns = vm.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let api = Api::<IpamClaim>::namespaced(store.clone(), &ns);
-    for network in &vm.spec.template.spec.networks {
-        let Some(multus) = network.multus.as_ref().filter(|m| !m.default) else {
-            continue;
+    for (name, network, nad) in candidate_claims(vm) {
+        let exists = match existing {
+            Some(set) => set.contains(&(ns.clone(), name.clone())),
+            None => api.get(&name).await?.is_some(),
         };
-        let Some(cni_network) = persistent_network(store, &ns, &multus.network_name).await? else {
-            continue;
-        };
-        let name = format!("{}.{}", vm.metadata.name, network.name);
-        if api.get(&name).await?.is_some() {
+        if exists {
             continue;
         }
-        let mut claim = IpamClaim {
-            metadata: ObjectMeta::named(Some(&ns), &name),
-            ..Default::default()
+        let Some(cni_network) = persistent_network(store, &ns, nad).await? else {
+            continue;
         };
-        claim
-            .metadata
-            .labels
-            .insert(VM_LABEL.into(), vm.metadata.name.clone());
-        claim.metadata.owner_references.push(OwnerReference {
-            api_version: VirtualMachine::API_VERSION.into(),
-            kind: VirtualMachine::KIND.into(),
-            name: vm.metadata.name.clone(),
-            uid: vm.metadata.uid.clone().unwrap_or_default(),
-            controller: Some(true),
-            // Not blocking: under OwnerReferencesPermissionEnforcement `true` needs update on
-            // virtualmachines/finalizers, which weft-controller's role does not grant (docs/compat.md).
-            block_owner_deletion: None,
-        });
-        claim.spec.network = cni_network;
-        claim.spec.interface = weft_vm::hashed_pod_interface_name(&network.name);
-        match api.create(&claim).await {
+        match api.create(&claim_for(vm, network, &cni_network)).await {
             Err(e) if e.is_already_exists() => {}
             other => {
                 other?;
+                tracing::info!(claim = %name, vm = %vm.metadata.name, "IPAMClaim created");
             }
         }
     }
     Ok(())
+}
+
+/// One pass of weft's own work on Kubernetes, beside KubeVirt (see [`Roles`](crate::controller::roles::Roles)):
+/// each VM gets the claims of its persistent networks, claims of VMs that are gone are deleted
+/// and their addresses released. Nothing KubeVirt owns is read or written besides the VMs.
+/// Steady state: two LISTs (VMs, claims). A VM whose claims cannot be made is reported to
+/// `on_vm` (`namespace/name`, outcome) and does not stop the others.
+pub async fn reconcile_vm_claims(
+    store: &Arc<dyn Store>,
+    mut on_vm: impl FnMut(&str, anyhow::Result<()>),
+) -> anyhow::Result<()> {
+    let vms = Api::<VirtualMachine>::all(store.clone())
+        .list(&ListOptions::default())
+        .await?;
+    let claims = Api::<IpamClaim>::all(store.clone())
+        .list(&ListOptions::default())
+        .await?;
+    let existing: BTreeSet<(String, String)> = claims
+        .iter()
+        .map(|c| {
+            (
+                c.metadata.namespace.clone().unwrap_or_default(),
+                c.metadata.name.clone(),
+            )
+        })
+        .collect();
+    for vm in vms.iter().filter(|vm| vm.metadata.deletion_timestamp.is_none()) {
+        let key = format!(
+            "{}/{}",
+            vm.metadata.namespace.as_deref().unwrap_or_default(),
+            vm.metadata.name
+        );
+        on_vm(&key, ensure_missing(store, vm, Some(&existing)).await);
+    }
+    delete_orphans(store, &vms, claims).await
 }
 
 /// Pod interface name → claim name, for the VMI's networks that have a claim.
@@ -114,10 +180,19 @@ pub async fn claim_names_for_vmi(
 
 /// Delete the claims whose VM is gone, releasing their addresses.
 pub async fn collect_orphans(store: &Arc<dyn Store>, vms: &[VirtualMachine]) -> anyhow::Result<()> {
-    let live: BTreeSet<String> = vms.iter().filter_map(|v| v.metadata.uid.clone()).collect();
     let claims = Api::<IpamClaim>::all(store.clone())
         .list(&ListOptions::default())
         .await?;
+    delete_orphans(store, vms, claims).await
+}
+
+/// Delete those of `claims` whose VM is not among `vms`, releasing their addresses.
+async fn delete_orphans(
+    store: &Arc<dyn Store>,
+    vms: &[VirtualMachine],
+    claims: Vec<IpamClaim>,
+) -> anyhow::Result<()> {
+    let live: BTreeSet<String> = vms.iter().filter_map(|v| v.metadata.uid.clone()).collect();
     for claim in claims {
         let owned_by_vm = claim
             .metadata

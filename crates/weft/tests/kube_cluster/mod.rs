@@ -18,6 +18,11 @@ pub const NODE_TOKEN: &str = "weft-node-token";
 /// The user the API server sees for the `weft-node` ServiceAccount.
 pub const NODE_USER: &str = "system:serviceaccount:weft-system:weft-node";
 
+/// The bearer token `weft controller` presents: it is the `weft-controller` ServiceAccount.
+pub const CONTROLLER_TOKEN: &str = "weft-controller-token";
+/// The user the API server sees for the `weft-controller` ServiceAccount.
+pub const CONTROLLER_USER: &str = "system:serviceaccount:weft-system:weft-controller";
+
 /// The rules of deploy/'s ClusterRole `name` (deploy/rbac/*.yaml), as the API server would
 /// enforce them.
 pub fn deploy_role(name: &str) -> Rules {
