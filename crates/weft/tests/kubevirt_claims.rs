@@ -1,7 +1,7 @@
 //! weft beside KubeVirt on Kubernetes (issue 9 items 1 and 7), against the fake API server with
 //! deploy/'s RBAC enforced: `weft controller` (as the `weft-controller` ServiceAccount) keeps
-//! the IPAMClaims of a VM and nothing KubeVirt owns; weft-ipam (as `weft-node`) gives a
-//! launcher pod rendered exactly as virt-controller renders it (its labels, a networks
+//! the IPAMClaims of a VM and nothing KubeVirt owns; weft's shim, agent and weft-ipam (as
+//! `weft-node`, one agent per node) give a launcher pod rendered exactly as virt-controller renders it (its labels, a networks
 //! annotation with hashed interface names and no `ipam-claim-reference`) the claim's address,
 //! on one node and again on another after the VM moved; the VM deleted, claim and reservation
 //! go. Then every permission the controller used is replayed against its ClusterRole: nothing
@@ -12,14 +12,13 @@ mod kube_cluster;
 
 use std::collections::BTreeSet;
 use std::process::Child;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
 use kube_cluster::*;
 use serde_json::json;
-use weft_ipam::{IpReservation, IpamClaim, IpamRequest};
-use weft_store::{Api, ListOptions, Resource, ResourceType, Store};
+use weft_ipam::{IpReservation, IpamClaim};
+use weft_store::{Api, ListOptions, Resource, ResourceType};
 
 /// KubeVirt's pod interface name of VM network `blue` (hashed scheme).
 const BLUE_IF: &str = "pod16477688c0e";
@@ -42,25 +41,6 @@ fn launcher_pod(name: &str, vmi_uid: &str, node: &str) -> serde_json::Value {
                 "name": "vm1", "uid": vmi_uid, "controller": true, "blockOwnerDeletion": true}]},
         "spec": {"nodeName": node, "containers": [{"name": "compute",
             "image": "quay.io/kubevirt/virt-launcher:v1.5.0", "command": ["/usr/bin/virt-launcher-monitor"]}]}})
-}
-
-/// weft-ipam's request for the launcher pod's `blue` attachment, as the agent on `node` runs it.
-fn ipam_request(command: &str, container: &str, pod: &str, node: &str) -> IpamRequest {
-    let env = move |key: &str| -> Option<String> {
-        match key {
-            "CNI_COMMAND" => Some(command.to_string()),
-            "CNI_CONTAINERID" => Some(container.to_string()),
-            "CNI_NETNS" => Some("/run/netns/x".into()),
-            "CNI_IFNAME" => Some(BLUE_IF.into()),
-            "CNI_ARGS" => Some(format!(
-                "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod}"
-            )),
-            "CNI_PATH" => Some("/usr/lib/cni".into()),
-            "WEFT_NODE_NAME" => Some(node.to_string()),
-            _ => None,
-        }
-    };
-    IpamRequest::from_lookup(env, nad_config().to_string().as_bytes()).expect("request")
 }
 
 fn wait_until(what: &str, log: &std::path::Path, mut done: impl FnMut() -> bool) {
@@ -168,25 +148,37 @@ fn kubevirt_launcher_pod_keeps_its_claimed_address_across_nodes() {
     );
     assert_eq!(owner.block_owner_deletion, None, "{owner:?}");
 
-    // virt-controller starts the VM on node A: its launcher pod, no claim reference in sight.
-    let node_store: Arc<dyn Store> = {
-        let _entered = cluster.runtime.enter();
-        Arc::new(cluster.api.kube_store_as(NODE_TOKEN))
+    // Two nodes, each with its agent (as weft-node; they share one namespace, each has its
+    // own state, socket and caches).
+    let agent_a = KubeAgent::start_on(&netns, &cluster, "node-a");
+    let agent_b = KubeAgent::start_on(&netns, &cluster, "node-b");
+    let held = || {
+        cluster
+            .runtime
+            .block_on(Api::<IpReservation>::all(objects.clone()).list(&ListOptions::default()))
+            .unwrap()
     };
+    let blue_address = |pod_ns: &Netns| -> String {
+        let addrs = pod_ns.ip_json(&["-4", "addr", "show", "dev", BLUE_IF]);
+        let info = &addrs[0]["addr_info"][0];
+        format!("{}/{}", info["local"].as_str().unwrap(), info["prefixlen"])
+    };
+
+    // virt-controller starts the VM on node A: its launcher pod, no claim reference in sight;
+    // the runtime's ADD through weft's shim and agent.
+    let pod_a = Netns::new("kv-pod-a");
     cluster.create(
         &pods(),
         launcher_pod("virt-launcher-vm1-aaaaa", "vmi-uid-1", "node-a"),
     );
-    let ipam = |command: &str, container: &str, pod: &str, node: &str| {
-        cluster.runtime.block_on(weft_ipam::handle(
-            ipam_request(command, container, pod, node),
-            node_store.clone(),
-        ))
-    };
-    let first = ipam("ADD", "sandbox-a", "virt-launcher-vm1-aaaaa", "node-a")
-        .expect("ADD on node A")
-        .expect("a result");
-    let address = first.ips[0].address.to_string();
+    let add = agent_a.shim("ADD", &pod_a, "default", "virt-launcher-vm1-aaaaa");
+    assert!(
+        add.status.success(),
+        "ADD on node A: {}\n{}",
+        text(&add),
+        agent_a.log()
+    );
+    let address = blue_address(&pod_a);
     assert!(address.starts_with("10.77.0."), "{address}");
     let claim = get_claim().unwrap();
     assert_eq!(
@@ -207,19 +199,27 @@ fn kubevirt_launcher_pod_keeps_its_claimed_address_across_nodes() {
         "{:?}",
         claim.status
     );
+    let reservation: IpReservation =
+        serde_json::from_value(serde_json::to_value(&held()[0]).unwrap()).unwrap();
+    assert_eq!(
+        reservation.spec.claim.as_deref(),
+        Some("default/vm1.blue"),
+        "{reservation:?}"
+    );
 
     // The VM stops: DEL, the pod goes; the address stays the claim's.
-    ipam("DEL", "sandbox-a", "virt-launcher-vm1-aaaaa", "node-a").expect("DEL on node A");
+    let del = agent_a.shim("DEL", &pod_a, "default", "virt-launcher-vm1-aaaaa");
+    assert!(
+        del.status.success(),
+        "DEL on node A: {}\n{}",
+        text(&del),
+        agent_a.log()
+    );
+    assert_eq!(pod_a.links(), ["lo"]);
     cluster
         .runtime
         .block_on(objects.delete(&pods(), Some("default"), "virt-launcher-vm1-aaaaa", None))
         .unwrap();
-    let held = || {
-        cluster
-            .runtime
-            .block_on(Api::<IpReservation>::all(objects.clone()).list(&ListOptions::default()))
-            .unwrap()
-    };
     assert_eq!(
         held().len(),
         1,
@@ -227,33 +227,58 @@ fn kubevirt_launcher_pod_keeps_its_claimed_address_across_nodes() {
     );
 
     // Started again, elsewhere: a new VMI, a new pod on node B, the same address.
+    let pod_b = Netns::new("kv-pod-b");
     cluster.create(
         &pods(),
         launcher_pod("virt-launcher-vm1-bbbbb", "vmi-uid-2", "node-b"),
     );
-    let second = ipam("ADD", "sandbox-b", "virt-launcher-vm1-bbbbb", "node-b")
-        .expect("ADD on node B")
-        .expect("a result");
-    assert_eq!(
-        second.ips[0].address, first.ips[0].address,
-        "the VM keeps its address"
+    let add = agent_b.shim("ADD", &pod_b, "default", "virt-launcher-vm1-bbbbb");
+    assert!(
+        add.status.success(),
+        "ADD on node B: {}\n{}",
+        text(&add),
+        agent_b.log()
     );
+    assert_eq!(blue_address(&pod_b), address, "the VM keeps its address");
     assert_eq!(
         get_claim().unwrap().status.owner_pod.unwrap().name,
         "virt-launcher-vm1-bbbbb"
     );
 
-    // A launcher pod of a VM without a claim (yet) gets a retriable error, not a fresh address
-    // that would not persist.
+    // A launcher pod of a VM without a claim (yet) gets a retriable error and no NICs, not a
+    // fresh address that would not persist.
+    let pod_c = Netns::new("kv-pod-c");
     let mut stray = launcher_pod("virt-launcher-vm2-ccccc", "vmi-uid-3", "node-a");
     stray["metadata"]["labels"]["vm.kubevirt.io/name"] = json!("vm2");
     cluster.create(&pods(), stray);
-    let err = ipam("ADD", "sandbox-c", "virt-launcher-vm2-ccccc", "node-a").unwrap_err();
-    assert_eq!(err.code, 11, "try again later: {err:?}");
-    assert!(err.msg.contains("VM vm2 has no IPAMClaim"), "{err:?}");
+    let add = agent_a.shim("ADD", &pod_c, "default", "virt-launcher-vm2-ccccc");
+    assert!(!add.status.success(), "{}", text(&add));
+    let error: serde_json::Value = serde_json::from_slice(&add.stdout).unwrap();
+    assert!(
+        error.to_string().contains("VM vm2 has no IPAMClaim"),
+        "{error}\n{}",
+        agent_a.log()
+    );
+    assert!(!pod_c.has_link("eth0"), "rolled back: {:?}", pod_c.links());
+    assert_eq!(held().len(), 1, "no address for vm2");
+    // (The failed bridge delegate's own veth stays in the sandbox until the runtime's DEL or
+    // the sandbox's removal: the reference bridge plugin does not undo it on an IPAM error.)
+    let del = agent_a.shim("DEL", &pod_c, "default", "virt-launcher-vm2-ccccc");
+    assert!(
+        del.status.success(),
+        "DEL of the failed pod: {}\n{}",
+        text(&del),
+        agent_a.log()
+    );
 
     // The VM deleted (its VMI and pod with it): claim and reservation gone.
-    ipam("DEL", "sandbox-b", "virt-launcher-vm1-bbbbb", "node-b").expect("DEL on node B");
+    let del = agent_b.shim("DEL", &pod_b, "default", "virt-launcher-vm1-bbbbb");
+    assert!(
+        del.status.success(),
+        "DEL on node B: {}\n{}",
+        text(&del),
+        agent_b.log()
+    );
     cluster
         .runtime
         .block_on(objects.delete(&pods(), Some("default"), "virt-launcher-vm1-bbbbb", None))
