@@ -329,4 +329,30 @@ fn kubevirt_launcher_pod_keeps_its_claimed_address_across_nodes() {
         BTreeSet::new(),
         "granted but unused (used: {used:?})"
     );
+
+    // The same for the agents' weft-node role; what this scenario does not exercise is named
+    // with the test that does (each enforces the role: a request outside it fails there).
+    let used = cluster.api.permissions_of(NODE_USER);
+    let role = deploy_role("weft-node");
+    assert_eq!(role.missing(&used), BTreeSet::new(), "used but not granted");
+    let allowed = BTreeSet::from([
+        // A live read of a NAD the cache does not hold yet: agent_kubernetes (lagging cache).
+        perm("get", "k8s.cni.cncf.io", "network-attachment-definitions"),
+        // A live read of a pod the cache does not hold yet: agent_kubernetes (lagging cache).
+        perm("get", "", "pods"),
+        // A claim named by ipam-claim-reference: ipam_kubernetes, ipam_claims.
+        perm("get", "k8s.cni.cncf.io", "ipamclaims"),
+        // Freeing an ephemeral address (DEL, GC): agent_kubernetes (weft_ipam_*).
+        perm("delete", "ipam.weft.dev", "ipreservations"),
+        perm("get", "ipam.weft.dev", "ipreservations"),
+        perm("list", "ipam.weft.dev", "ipreservations"),
+        // A repeated Event (PUT of the count), get after a conflict: agent_kubernetes (events).
+        perm("update", "", "events"),
+        perm("get", "", "events"),
+    ]);
+    assert_eq!(
+        role.unused(&used, &allowed),
+        BTreeSet::new(),
+        "granted but unused (used: {used:?})"
+    );
 }
