@@ -356,7 +356,7 @@ fn rbac_covers_every_resource_the_workloads_touch() {
         account,
         nad,
         NetworkAttachmentDefinition::PLURAL,
-        &["get"],
+        &["list", "watch"],
     );
     assert_allowed(
         &rules,

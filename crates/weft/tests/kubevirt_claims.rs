@@ -314,7 +314,7 @@ fn kubevirt_launcher_pod_keeps_its_claimed_address_across_nodes() {
     assert!(!text.contains("WARN"), "no warnings:\n{text}");
 
     // deploy/'s role is exactly what the controller used (item 7). `watch` is for the
-    // watch-driven reconcilers (the controller lists here); `get` of a NAD it did use.
+    // watch-driven reconcilers (the controller lists here).
     let used = cluster.api.permissions_of(CONTROLLER_USER);
     let role = deploy_role("weft-controller");
     assert_eq!(role.missing(&used), BTreeSet::new(), "used but not granted");
@@ -323,6 +323,7 @@ fn kubevirt_launcher_pod_keeps_its_claimed_address_across_nodes() {
         perm("watch", "kubevirt.io", "virtualmachines"),
         perm("watch", "k8s.cni.cncf.io", "ipamclaims"),
         perm("watch", "", "pods"),
+        perm("watch", "k8s.cni.cncf.io", "network-attachment-definitions"),
     ]);
     assert_eq!(
         role.unused(&used, &allowed),
