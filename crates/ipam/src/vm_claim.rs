@@ -37,9 +37,9 @@ pub enum VmClaimError {
 /// The claim of VM `vm`'s attachment `ifname` on CNI network `network`, among `claims` (any
 /// claims of the pod's namespace). A claim is a candidate when it is named `<vm>.<something>`,
 /// is for `network` and is not being deleted. The candidate whose `spec.interface` is `ifname`
-/// wins; else a single candidate without an interface (claims made by ipam-extensions, which
-/// leaves it empty); a candidate naming another interface is another NIC of the VM, never this
-/// one. `Ok(None)`: the VM has no claim for this attachment.
+/// wins; for a legacy ordinal `ifname` (`net<k>`) the only candidate; else a single candidate
+/// without an interface (claims made by ipam-extensions, which leaves it empty); otherwise a
+/// candidate naming another interface is another NIC of the VM, never this one. `Ok(None)`: the VM has no claim for this attachment.
 pub fn match_vm_claim<'a>(
     vm: &str,
     ifname: &str,
@@ -61,6 +61,13 @@ pub fn match_vm_claim<'a>(
     if let Some(exact) = candidates.iter().find(|c| c.spec.interface == ifname) {
         return Ok(Some(exact));
     }
+    // A pod with KubeVirt's legacy ordinal names (`net<k>`, pods from before hashed names)
+    // cannot match a claim's hashed interface: there the VM's only claim on the network is it.
+    if is_ordinal(ifname)
+        && let [only] = candidates.as_slice()
+    {
+        return Ok(Some(only));
+    }
     let unnamed: Vec<&IpamClaim> = candidates
         .into_iter()
         .filter(|c| c.spec.interface.is_empty())
@@ -75,6 +82,13 @@ pub fn match_vm_claim<'a>(
             names: many.iter().map(|c| c.metadata.name.clone()).collect(),
         }),
     }
+}
+
+/// KubeVirt's legacy ordinal pod interface name (`^net\d+$`).
+fn is_ordinal(ifname: &str) -> bool {
+    ifname
+        .strip_prefix("net")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 #[cfg(test)]
@@ -118,8 +132,25 @@ mod tests {
         assert_eq!(match_vm_claim("vm1", "podb1f51a511f1", "blue", &claims), Ok(None));
         // vm3 has no claim.
         assert_eq!(match_vm_claim("vm3", "pod16477688c0e", "blue", &claims), Ok(None));
-        // vm1.blue names interface pod1647…, so it is not net2's (another NIC on blue).
-        assert_eq!(match_vm_claim("vm1", "net2", "blue", &claims), Ok(None));
+        // vm1.blue names interface pod1647…, so it is not eth9's (another NIC on blue).
+        assert_eq!(match_vm_claim("vm1", "eth9", "blue", &claims), Ok(None));
+    }
+
+    #[test]
+    fn an_ordinal_pod_takes_the_vms_only_claim_on_the_network() {
+        let one = vec![
+            claim("vm1.blue", "blue", "pod16477688c0e"),
+            claim("vm1.red", "red", "podb1f51a511f1"),
+        ];
+        let found = match_vm_claim("vm1", "net1", "blue", &one).unwrap();
+        assert_eq!(found.unwrap().metadata.name, "vm1.blue");
+        // Two NICs on blue: which is net1 and which net2 is unknowable from the claims.
+        let two = vec![
+            claim("vm1.blue", "blue", "pod16477688c0e"),
+            claim("vm1.blue2", "blue", "pod0a1b2c3d4e5"),
+        ];
+        assert_eq!(match_vm_claim("vm1", "net1", "blue", &two), Ok(None));
+        assert!(!is_ordinal("net") && !is_ordinal("netx") && !is_ordinal("pod1") && is_ordinal("net12"));
     }
 
     #[test]
