@@ -78,11 +78,10 @@ pub async fn resolve_claim(
             }),
         };
     }
-    let claim_ns = if element.namespace.is_empty() {
-        pod_ns
-    } else {
-        &element.namespace
-    };
+    // The claim is the pod's namespace's, never the NAD's (`element.namespace`): a pod using
+    // a NAD of another namespace must not reach that namespace's claims (and their addresses).
+    // OVN-Kubernetes looks claims up in the pod's namespace too.
+    let claim_ns = pod_ns;
     let api: Api<IpamClaim> = Api::namespaced(store.clone(), claim_ns);
     let claim = api.get(&element.ipam_claim_reference).await?.ok_or_else(|| {
         IpamError::Object(format!(
