@@ -225,6 +225,17 @@ fn kubevirt_launcher_pod_keeps_its_claimed_address_across_nodes() {
         1,
         "the claim keeps its reservation while the VM is stopped"
     );
+    let stopped = get_claim().unwrap();
+    assert_eq!(stopped.status.ips, vec![address.clone()], "and its status");
+    assert!(
+        stopped
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "IPsAllocated" && c.status == "True"),
+        "{:?}",
+        stopped.status
+    );
 
     // Started again, elsewhere: a new VMI, a new pod on node B, the same address.
     let pod_b = Netns::new("kv-pod-b");
