@@ -58,6 +58,24 @@ pub enum IpamError {
     /// A pod or claim the request depends on is missing or does not match.
     #[error("{0}")]
     Object(String),
+    /// A KubeVirt launcher pod's VM has no claim (yet) for a network that allows persistent
+    /// IPs: weft's controller creates it when it sees the VM, so the runtime retries.
+    #[error(
+        "pod {pod}: VM {vm} has no IPAMClaim for network {network:?} interface {ifname} yet (weft controller creates <vm>.<network> when it sees the VM)"
+    )]
+    ClaimNotYet {
+        /// `namespace/name` of the pod.
+        pod: String,
+        /// The VM.
+        vm: String,
+        /// The CNI network name.
+        network: String,
+        /// CNI_IFNAME.
+        ifname: String,
+    },
+    /// The VM's claims do not name one claim for the attachment.
+    #[error(transparent)]
+    VmClaim(#[from] crate::vm_claim::VmClaimError),
     /// The store failed.
     #[error("store: {0}")]
     Store(#[from] StoreError),
@@ -72,7 +90,8 @@ impl IpamError {
             IpamError::Exhausted { .. } => codes::POOL_EXHAUSTED,
             IpamError::AddressTaken { .. } => codes::ADDRESS_TAKEN,
             IpamError::Contention { .. } => codes::TRY_AGAIN_LATER,
-            IpamError::Object(_) => codes::OBJECT_INVALID,
+            IpamError::Object(_) | IpamError::VmClaim(_) => codes::OBJECT_INVALID,
+            IpamError::ClaimNotYet { .. } => codes::TRY_AGAIN_LATER,
             // A refused store (unsafe files, damage) will not get better by trying again.
             IpamError::Store(StoreError::Refused(_)) => codes::IO_FAILURE,
             IpamError::Store(_) => codes::TRY_AGAIN_LATER,

@@ -10,6 +10,7 @@
 //! * [`persistent`]: claim lookup through the pod's networks annotation, claim status writes.
 //! * [`plugin`]: [`handle`], the CNI verbs over any [`weft_store::Store`].
 //! * [`reconcile`]: which reservations a reconciler may free (pure).
+//! * [`vm_claim`]: the claim of a KubeVirt launcher pod's attachment without a claim reference (pure).
 
 pub mod allocator;
 pub mod check;
@@ -25,6 +26,7 @@ pub mod request;
 pub mod reservation;
 #[cfg(any(test, feature = "testing"))]
 pub mod stress;
+pub mod vm_claim;
 
 pub use allocator::{Holder, Lease, allocate, release, release_claim};
 pub use claim::IpamClaim;

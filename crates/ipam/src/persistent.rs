@@ -9,21 +9,24 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use weft_netconf::{NETWORKS_ANNOTATION, parse_networks_annotation};
-use weft_store::{Api, ResourceType, Store, now_rfc3339};
+use weft_store::{Api, ListOptions, ResourceType, Store, now_rfc3339};
 
 use crate::allocator::{self, Holder, Lease};
 use crate::claim::{IpamClaim, OwnerPod, ips_allocated, reasons, set_condition};
 use crate::config::IpamConfig;
 use crate::error::IpamError;
 use crate::request::parse_ip_or_cidr;
+use crate::vm_claim::{CLAIM_VM_LABEL, POD_VM_LABEL, match_vm_claim};
 
 /// The core/v1 Pod type (read as a dynamic object: only its annotations matter here).
 pub fn pod_type() -> ResourceType {
     ResourceType::new("v1", "Pod", "pods", true)
 }
 
-/// The claim of the pod's attachment `ifname`, when the network allows persistent IPs and the
-/// pod's networks annotation element for `ifname` carries `ipam-claim-reference`.
+/// The claim of the pod's attachment `ifname`, when the network allows persistent IPs: the one
+/// the pod's networks annotation element for `ifname` names in `ipam-claim-reference`, or, for
+/// a KubeVirt launcher pod without one (label `vm.kubevirt.io/name`), the VM's claim for this
+/// interface ([`match_vm_claim`]; none yet is a retriable error).
 pub async fn resolve_claim(
     store: &Arc<dyn Store>,
     config: &IpamConfig,
@@ -57,13 +60,28 @@ pub async fn resolve_claim(
         return Ok(None);
     };
     if element.ipam_claim_reference.is_empty() {
-        return Ok(None);
+        // A launcher pod as virt-controller renders it (no webhook wrote the reference): the
+        // claim is the VM's for this interface, found among the VM's claims.
+        let Some(vm) = pod_obj.metadata.label(POD_VM_LABEL) else {
+            return Ok(None);
+        };
+        let claims = Api::<IpamClaim>::namespaced(store.clone(), pod_ns)
+            .list(&ListOptions::default().label(CLAIM_VM_LABEL, vm))
+            .await?;
+        return match match_vm_claim(vm, ifname, &config.config_name, &claims)? {
+            Some(claim) => Ok(Some(claim.clone())),
+            None => Err(IpamError::ClaimNotYet {
+                pod: format!("{pod_ns}/{pod_name}"),
+                vm: vm.into(),
+                network: config.config_name.clone(),
+                ifname: ifname.into(),
+            }),
+        };
     }
-    let claim_ns = if element.namespace.is_empty() {
-        pod_ns
-    } else {
-        &element.namespace
-    };
+    // The claim is the pod's namespace's, never the NAD's (`element.namespace`): a pod using
+    // a NAD of another namespace must not reach that namespace's claims (and their addresses).
+    // OVN-Kubernetes looks claims up in the pod's namespace too.
+    let claim_ns = pod_ns;
     let api: Api<IpamClaim> = Api::namespaced(store.clone(), claim_ns);
     let claim = api.get(&element.ipam_claim_reference).await?.ok_or_else(|| {
         IpamError::Object(format!(

@@ -8,82 +8,172 @@ use std::sync::Arc;
 use serde_json::Value;
 use weft_ipam::IpamClaim;
 use weft_netconf::NetworkAttachmentDefinition;
-use weft_store::{Api, ListOptions, ObjectMeta, OwnerReference, Resource, Store};
+use weft_store::{Api, ListOptions, OwnerReference, Resource, Store};
 use weft_vm::{VirtualMachine, VirtualMachineInstance};
 
-/// Label on claims naming their VM.
-pub const VM_LABEL: &str = "kubevirt.io/vm";
+/// Label on claims naming their VM (weft-ipam finds a launcher pod's claims by it).
+pub const VM_LABEL: &str = weft_ipam::vm_claim::CLAIM_VM_LABEL;
 
-/// The NAD's CNI network name if it allows persistent IPs.
+/// The NAD's CNI network name if it allows persistent IPs (`allowPersistentIPs: true` in its
+/// config; the config's `name`, else the NAD's).
+pub fn persistent_network_of(nad: &NetworkAttachmentDefinition) -> Option<String> {
+    let config: Value = serde_json::from_str(&nad.spec.config).unwrap_or(Value::Null);
+    let allowed = config
+        .get("allowPersistentIPs")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    allowed.then(|| {
+        config
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or(&nad.metadata.name)
+            .to_string()
+    })
+}
+
+/// The NAD's CNI network name if it allows persistent IPs, read from the store.
 async fn persistent_network(
     store: &Arc<dyn Store>,
     namespace: &str,
     network_name: &str,
 ) -> anyhow::Result<Option<String>> {
     let (ns, name) = weft_netconf::split_namespaced(network_name, namespace);
-    let Some(nad) = Api::<NetworkAttachmentDefinition>::namespaced(store.clone(), ns)
+    Ok(Api::<NetworkAttachmentDefinition>::namespaced(store.clone(), ns)
         .get(name)
         .await?
-    else {
-        return Ok(None);
-    };
-    let config: Value = serde_json::from_str(&nad.spec.config).unwrap_or(Value::Null);
-    let allowed = config
-        .get("allowPersistentIPs")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    Ok(allowed.then(|| {
-        config
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or(name)
-            .to_string()
-    }))
+        .as_ref()
+        .and_then(persistent_network_of))
+}
+
+/// What a pass already listed: `(namespace, name)` of every claim, and per NAD `(namespace,
+/// name)` its persistent CNI network name (`None`: it does not allow persistent IPs).
+struct Listed {
+    claims: BTreeSet<(String, String)>,
+    nads: BTreeMap<(String, String), Option<String>>,
 }
 
 /// Create the claims a VM needs (idempotent).
 pub async fn ensure_for_vm(store: &Arc<dyn Store>, vm: &VirtualMachine) -> anyhow::Result<()> {
+    ensure_missing(store, vm, None).await
+}
+
+/// The claim of VM network `network` (`<vm>.<network>`), owned by the VM without blocking its
+/// deletion, recording the pod interface name KubeVirt gives the network (hashed scheme).
+pub fn claim_for(vm: &VirtualMachine, network: &str, cni_network: &str) -> IpamClaim {
+    let ns = vm.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let mut claim = IpamClaim::new(
+        &ns,
+        &format!("{}.{network}", vm.metadata.name),
+        cni_network,
+        &weft_vm::hashed_pod_interface_name(network),
+    );
+    claim
+        .metadata
+        .labels
+        .insert(VM_LABEL.into(), vm.metadata.name.clone());
+    claim.metadata.owner_references.push(OwnerReference {
+        api_version: VirtualMachine::API_VERSION.into(),
+        kind: VirtualMachine::KIND.into(),
+        name: vm.metadata.name.clone(),
+        uid: vm.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        // Not blocking: under OwnerReferencesPermissionEnforcement `true` needs update on
+        // virtualmachines/finalizers, which weft-controller's role does not grant (docs/compat.md).
+        block_owner_deletion: None,
+    });
+    claim
+}
+
+/// The names of the claims a VM may need (`<vm>.<network>` per secondary Multus network),
+/// with the NAD each network names.
+fn candidate_claims(vm: &VirtualMachine) -> impl Iterator<Item = (String, &str, &str)> {
+    vm.spec.template.spec.networks.iter().filter_map(|network| {
+        let multus = network.multus.as_ref().filter(|m| !m.default)?;
+        Some((
+            format!("{}.{}", vm.metadata.name, network.name),
+            network.name.as_str(),
+            multus.network_name.as_str(),
+        ))
+    })
+}
+
+/// Create the VM's missing claims. `listed`: what the caller listed (then nothing is read);
+/// `None`: each claim and NAD is looked up.
+async fn ensure_missing(
+    store: &Arc<dyn Store>,
+    vm: &VirtualMachine,
+    listed: Option<&Listed>,
+) -> anyhow::Result<()> {
     let ns = vm.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let api = Api::<IpamClaim>::namespaced(store.clone(), &ns);
-    for network in &vm.spec.template.spec.networks {
-        let Some(multus) = network.multus.as_ref().filter(|m| !m.default) else {
-            continue;
+    for (name, network, nad) in candidate_claims(vm) {
+        let exists = match listed {
+            Some(listed) => listed.claims.contains(&(ns.clone(), name.clone())),
+            None => api.get(&name).await?.is_some(),
         };
-        let Some(cni_network) = persistent_network(store, &ns, &multus.network_name).await? else {
-            continue;
-        };
-        let name = format!("{}.{}", vm.metadata.name, network.name);
-        if api.get(&name).await?.is_some() {
+        if exists {
             continue;
         }
-        let mut claim = IpamClaim {
-            metadata: ObjectMeta::named(Some(&ns), &name),
-            ..Default::default()
+        let persistent = match listed {
+            Some(listed) => {
+                let (nad_ns, nad_name) = weft_netconf::split_namespaced(nad, &ns);
+                listed
+                    .nads
+                    .get(&(nad_ns.to_string(), nad_name.to_string()))
+                    .cloned()
+                    .flatten()
+            }
+            None => persistent_network(store, &ns, nad).await?,
         };
-        claim
-            .metadata
-            .labels
-            .insert(VM_LABEL.into(), vm.metadata.name.clone());
-        claim.metadata.owner_references.push(OwnerReference {
-            api_version: VirtualMachine::API_VERSION.into(),
-            kind: VirtualMachine::KIND.into(),
-            name: vm.metadata.name.clone(),
-            uid: vm.metadata.uid.clone().unwrap_or_default(),
-            controller: Some(true),
-            // Not blocking: under OwnerReferencesPermissionEnforcement `true` needs update on
-            // virtualmachines/finalizers, which weft-controller's role does not grant (docs/compat.md).
-            block_owner_deletion: None,
-        });
-        claim.spec.network = cni_network;
-        claim.spec.interface = weft_vm::hashed_pod_interface_name(&network.name);
-        match api.create(&claim).await {
+        let Some(cni_network) = persistent else {
+            continue;
+        };
+        match api.create(&claim_for(vm, network, &cni_network)).await {
             Err(e) if e.is_already_exists() => {}
             other => {
                 other?;
+                tracing::info!(claim = %name, vm = %vm.metadata.name, "IPAMClaim created");
             }
         }
     }
     Ok(())
+}
+
+/// One pass of weft's own work on Kubernetes, beside KubeVirt (see [`Roles`](crate::controller::roles::Roles)):
+/// each VM gets the claims of its persistent networks, claims of VMs that are gone are deleted
+/// and their addresses released. Nothing KubeVirt owns is read or written besides the VMs.
+/// Steady state: three LISTs (VMs, NADs, claims), nothing per VM. A VM whose claims cannot be made is reported to
+/// `on_vm` (`namespace/name`, outcome) and does not stop the others.
+pub async fn reconcile_vm_claims(
+    store: &Arc<dyn Store>,
+    mut on_vm: impl FnMut(&str, anyhow::Result<()>),
+) -> anyhow::Result<()> {
+    let vms = Api::<VirtualMachine>::all(store.clone())
+        .list(&ListOptions::default())
+        .await?;
+    let claims = Api::<IpamClaim>::all(store.clone())
+        .list(&ListOptions::default())
+        .await?;
+    let named =
+        |meta: &weft_store::ObjectMeta| (meta.namespace.clone().unwrap_or_default(), meta.name.clone());
+    let listed = Listed {
+        claims: claims.iter().map(|c| named(&c.metadata)).collect(),
+        nads: Api::<NetworkAttachmentDefinition>::all(store.clone())
+            .list(&ListOptions::default())
+            .await?
+            .iter()
+            .map(|nad| (named(&nad.metadata), persistent_network_of(nad)))
+            .collect(),
+    };
+    for vm in vms.iter().filter(|vm| vm.metadata.deletion_timestamp.is_none()) {
+        let key = format!(
+            "{}/{}",
+            vm.metadata.namespace.as_deref().unwrap_or_default(),
+            vm.metadata.name
+        );
+        on_vm(&key, ensure_missing(store, vm, Some(&listed)).await);
+    }
+    delete_orphans(store, &vms, claims).await
 }
 
 /// Pod interface name → claim name, for the VMI's networks that have a claim.
@@ -114,10 +204,19 @@ pub async fn claim_names_for_vmi(
 
 /// Delete the claims whose VM is gone, releasing their addresses.
 pub async fn collect_orphans(store: &Arc<dyn Store>, vms: &[VirtualMachine]) -> anyhow::Result<()> {
-    let live: BTreeSet<String> = vms.iter().filter_map(|v| v.metadata.uid.clone()).collect();
     let claims = Api::<IpamClaim>::all(store.clone())
         .list(&ListOptions::default())
         .await?;
+    delete_orphans(store, vms, claims).await
+}
+
+/// Delete those of `claims` whose VM is not among `vms`, releasing their addresses.
+async fn delete_orphans(
+    store: &Arc<dyn Store>,
+    vms: &[VirtualMachine],
+    claims: Vec<IpamClaim>,
+) -> anyhow::Result<()> {
+    let live: BTreeSet<String> = vms.iter().filter_map(|v| v.metadata.uid.clone()).collect();
     for claim in claims {
         let owned_by_vm = claim
             .metadata
@@ -180,3 +279,56 @@ pub fn live_pods(pods: &[crate::kinds::Pod]) -> Vec<weft_ipam::reconcile::LivePo
 
 /// Pod annotation naming the sandbox (container) id the local runtime created for it.
 pub const SANDBOX_ANNOTATION: &str = "weft.dev/sandbox-id";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nad(name: &str, config: Value) -> NetworkAttachmentDefinition {
+        let mut nad = NetworkAttachmentDefinition {
+            metadata: weft_store::ObjectMeta::named(Some("default"), name),
+            ..Default::default()
+        };
+        nad.spec.config = config.to_string();
+        nad
+    }
+
+    #[test]
+    fn only_nads_allowing_persistent_ips_get_claims_named_by_their_cni_network() {
+        use serde_json::json;
+        let blue = nad("blue-nad", json!({"name": "blue", "allowPersistentIPs": true}));
+        assert_eq!(persistent_network_of(&blue).as_deref(), Some("blue"));
+        let unnamed = nad("red", json!({"allowPersistentIPs": true}));
+        assert_eq!(persistent_network_of(&unnamed).as_deref(), Some("red"));
+        assert_eq!(persistent_network_of(&nad("x", json!({"name": "x"}))), None);
+        assert_eq!(
+            persistent_network_of(&nad("y", json!({"allowPersistentIPs": "yes"}))),
+            None
+        );
+        let mut broken = nad("z", json!({}));
+        broken.spec.config = "{not json".into();
+        assert_eq!(persistent_network_of(&broken), None);
+    }
+
+    #[test]
+    fn a_claim_is_owned_by_its_vm_without_blocking_its_deletion() {
+        let mut vm = VirtualMachine {
+            metadata: weft_store::ObjectMeta::named(Some("ns"), "vm1"),
+            ..Default::default()
+        };
+        vm.metadata.uid = Some("uid-1".into());
+        let claim = claim_for(&vm, "blue", "tenant-blue");
+        assert_eq!(claim.metadata.name, "vm1.blue");
+        assert_eq!(claim.metadata.namespace.as_deref(), Some("ns"));
+        assert_eq!(claim.spec.network, "tenant-blue");
+        assert_eq!(claim.spec.interface, "pod16477688c0e");
+        assert_eq!(claim.metadata.label(VM_LABEL), Some("vm1"));
+        let owner = &claim.metadata.owner_references[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("VirtualMachine", "uid-1")
+        );
+        assert_eq!(owner.controller, Some(true));
+        assert_eq!(owner.block_owner_deletion, None);
+    }
+}

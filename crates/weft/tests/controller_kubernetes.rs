@@ -1,7 +1,8 @@
 //! `weft controller` against the fake API server over TCP: it names itself
 //! (`User-Agent: weft-controller/<version>`, fieldManager `weft-controller`), and a VM whose
-//! reconcile fails on every pass (here: a role that may read but not create VMIs, so each
-//! pass gets the API server's 403) is logged once per interval with a count, not every 400 ms.
+//! reconcile fails on every pass (here: a role that may read but not create IPAMClaims, so each
+//! pass gets the API server's 403 for the claim of the VM's persistent network) is logged once
+//! per interval with a count, not every 400 ms. Beside KubeVirt it never creates a VMI.
 
 mod common;
 mod kube_cluster;
@@ -50,11 +51,21 @@ fn controller_names_itself_and_logs_a_failing_vm_once_per_interval() {
         .unwrap()
         .write_kubeconfig_with_token(&kubeconfig, "controller-token")
         .unwrap();
+    let config = json!({"cniVersion": "1.0.0", "name": "blue", "type": "bridge",
+        "allowPersistentIPs": true, "ipam": {"type": "weft-ipam", "range": "10.78.0.0/24"}});
+    cluster.create(
+        &nads(),
+        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+               "metadata": {"name": "blue", "namespace": "default"},
+               "spec": {"config": config.to_string()}}),
+    );
     cluster.create(
         &vms,
         json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
                "metadata": {"name": "vm1", "namespace": "default"},
-               "spec": {"running": true, "template": {"spec": {"domain": {"devices": {}}}}}}),
+               "spec": {"running": true, "template": {"spec": {
+                   "domain": {"devices": {"interfaces": [{"name": "blue", "bridge": {}}]}},
+                   "networks": [{"name": "blue", "multus": {"networkName": "blue"}}]}}}}),
     );
     let log = dir.path().join("controller.log");
     let mut controller = node
@@ -95,11 +106,20 @@ fn controller_names_itself_and_logs_a_failing_vm_once_per_interval() {
         text.contains("is forbidden") && text.contains("cannot create resource"),
         "the API server's 403 is what is logged: {text}"
     );
-    let attempts = cluster
-        .api
-        .records()
+    assert!(
+        text.contains("cannot create resource \"ipamclaims\""),
+        "the claim's create is what fails: {text}"
+    );
+    let records = cluster.api.records();
+    assert!(
+        !records
+            .iter()
+            .any(|r| r.uri.contains("/virtualmachineinstances") || r.uri.contains("/pods") && r.is_write()),
+        "beside KubeVirt no VMI or pod is touched: {records:#?}"
+    );
+    let attempts = records
         .iter()
-        .filter(|r| r.method == "POST" && r.uri.contains("/virtualmachineinstances"))
+        .filter(|r| r.method == "POST" && r.uri.contains("/ipamclaims"))
         .count();
     assert!(
         attempts >= 10,

@@ -17,7 +17,6 @@ use weft_vm::{VirtualMachine, VirtualMachineInstance};
 /// target to import it from).
 const AGENT_DEFAULT_SOCKET: &str = "/run/weft/weft.sock";
 const NAMESPACE: &str = "weft-system";
-const FULL: [&str; 7] = ["get", "list", "watch", "create", "update", "patch", "delete"];
 const READ: [&str; 3] = ["get", "list", "watch"];
 
 fn deploy_dir() -> PathBuf {
@@ -312,41 +311,82 @@ fn rbac_covers_every_resource_the_workloads_touch() {
     let nad = NetworkAttachmentDefinition::API_VERSION;
     let claims = IpamClaim::API_VERSION;
     let reservations = IpReservation::API_VERSION;
-    for (kind, name) in [("DaemonSet", "weft-node"), ("Deployment", "weft-controller")] {
-        let account = service_account_of(&docs, kind, name);
-        let rules = rules_of(&docs, account);
-        assert!(!rules.is_empty(), "no ClusterRole bound to {account}");
-        assert_allowed(&rules, account, "v1", "pods", &READ);
-        assert_allowed(&rules, account, "v1", "pods/status", &["update", "patch"]);
-        assert_allowed(&rules, account, "v1", "nodes", &READ);
-        assert_allowed(&rules, account, "v1", "events", &["get", "create", "update"]);
-        assert_allowed(&rules, account, nad, NetworkAttachmentDefinition::PLURAL, &READ);
-        assert_allowed(&rules, account, claims, IpamClaim::PLURAL, &FULL);
-        assert_allowed(
-            &rules,
-            account,
-            claims,
-            &format!("{}/status", IpamClaim::PLURAL),
-            &["update", "patch"],
-        );
-        assert_allowed(&rules, account, reservations, IpReservation::PLURAL, &FULL);
-    }
-    let rules = rules_of(&docs, service_account_of(&docs, "Deployment", "weft-controller"));
-    for plural in [VirtualMachine::PLURAL, VirtualMachineInstance::PLURAL] {
-        let api = VirtualMachine::API_VERSION;
-        assert_allowed(
-            &rules,
-            "weft-controller",
-            api,
-            plural,
-            &["get", "list", "watch", "update"],
-        );
-        assert_allowed(
-            &rules,
-            "weft-controller",
-            api,
-            &format!("{plural}/status"),
-            &["update", "patch"],
+    // The node agent and the weft-ipam it runs (as weft-node: weft-ipam has no identity of its own).
+    let account = service_account_of(&docs, "DaemonSet", "weft-node");
+    let rules = rules_of(&docs, account);
+    assert!(!rules.is_empty(), "no ClusterRole bound to {account}");
+    assert_allowed(&rules, account, "v1", "pods", &READ);
+    assert_allowed(&rules, account, "v1", "pods/status", &["update"]);
+    assert_allowed(&rules, account, "v1", "events", &["get", "create", "update"]);
+    assert_allowed(&rules, account, nad, NetworkAttachmentDefinition::PLURAL, &READ);
+    assert_allowed(&rules, account, claims, IpamClaim::PLURAL, &["get", "list"]);
+    assert_allowed(
+        &rules,
+        account,
+        claims,
+        &format!("{}/status", IpamClaim::PLURAL),
+        &["update"],
+    );
+    assert_allowed(
+        &rules,
+        account,
+        reservations,
+        IpReservation::PLURAL,
+        &["get", "list", "create", "delete"],
+    );
+    assert!(
+        !of_kind(&docs, "ClusterRole")
+            .iter()
+            .any(|r| r["metadata"]["name"] == "weft-ipam"),
+        "an unbound weft-ipam role grants nobody anything"
+    );
+    // The controller beside KubeVirt: claims and reservation GC (the exact set is replayed
+    // against what it used in tests/kubevirt_claims.rs), nothing KubeVirt owns.
+    let account = service_account_of(&docs, "Deployment", "weft-controller");
+    let rules = rules_of(&docs, account);
+    assert_allowed(
+        &rules,
+        account,
+        VirtualMachine::API_VERSION,
+        VirtualMachine::PLURAL,
+        &["list", "watch"],
+    );
+    assert_allowed(
+        &rules,
+        account,
+        nad,
+        NetworkAttachmentDefinition::PLURAL,
+        &["list", "watch"],
+    );
+    assert_allowed(
+        &rules,
+        account,
+        claims,
+        IpamClaim::PLURAL,
+        &["list", "watch", "create", "delete"],
+    );
+    assert_allowed(&rules, account, "v1", "pods", &["list", "watch"]);
+    assert_allowed(
+        &rules,
+        account,
+        reservations,
+        IpReservation::PLURAL,
+        &["list", "delete"],
+    );
+    let kubevirt = group_version(VirtualMachine::API_VERSION).0;
+    for (group, resource, verb) in [
+        (kubevirt, VirtualMachineInstance::PLURAL, "create"),
+        (kubevirt, VirtualMachineInstance::PLURAL, "delete"),
+        (kubevirt, "virtualmachineinstances/status", "update"),
+        (kubevirt, "virtualmachines/status", "update"),
+        (kubevirt, "virtualmachines/finalizers", "update"),
+        ("", "pods", "create"),
+        ("", "pods", "delete"),
+        ("", "pods/status", "update"),
+    ] {
+        assert!(
+            !allows(&rules, group, resource, verb),
+            "weft-controller may {verb} {resource}: that is KubeVirt's"
         );
     }
     // Nothing broader than needed: no wildcard anywhere.

@@ -148,6 +148,17 @@ impl FakeApiServer {
         lock(&self.policy).used.iter().cloned().collect()
     }
 
+    /// The permissions `user` was allowed and used so far (see
+    /// [`FakeApiServer::permissions_used`]), to compare with its role ([`strict::Rules::unused`]).
+    pub fn permissions_of(&self, user: &str) -> std::collections::BTreeSet<strict::Permission> {
+        lock(&self.policy)
+            .used
+            .iter()
+            .filter(|(u, ..)| u == user)
+            .map(|(_, verb, group, resource)| (verb.clone(), group.clone(), resource.clone()))
+            .collect()
+    }
+
     fn has_status_subresource(&self, ty: &ResourceType) -> bool {
         !lock(&self.policy)
             .no_status

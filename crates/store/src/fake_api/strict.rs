@@ -98,6 +98,47 @@ impl Rules {
     }
 }
 
+/// One permission: `(verb, API group, resource)` (`plural` or `plural/subresource`).
+pub type Permission = (String, String, String);
+
+impl Rules {
+    /// Every permission the rules name, one per verb × group × resource (wildcards as written).
+    pub fn grants(&self) -> BTreeSet<Permission> {
+        let mut out = BTreeSet::new();
+        for rule in &self.0 {
+            for verb in &rule.verbs {
+                for group in &rule.api_groups {
+                    for resource in &rule.resources {
+                        out.insert((verb.clone(), group.clone(), resource.clone()));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// What the rules grant that nothing in `used` exercised (a role broader than its user
+    /// needs), minus `allowed` (permissions kept on purpose, e.g. used only on failure paths).
+    pub fn unused(
+        &self,
+        used: &BTreeSet<Permission>,
+        allowed: &BTreeSet<Permission>,
+    ) -> BTreeSet<Permission> {
+        self.grants()
+            .into_iter()
+            .filter(|grant| !used.contains(grant) && !allowed.contains(grant))
+            .collect()
+    }
+
+    /// What in `used` the rules do not allow (a role narrower than its user needs).
+    pub fn missing(&self, used: &BTreeSet<Permission>) -> BTreeSet<Permission> {
+        used.iter()
+            .filter(|(verb, group, resource)| !self.allows(verb, group, resource, None))
+            .cloned()
+            .collect()
+    }
+}
+
 /// The RBAC verb of a request: `get`/`list`/`watch` for reads, `create`, `update`, `patch`,
 /// `delete`/`deletecollection`.
 pub fn verb(method: &Method, named: bool, watch: bool) -> &'static str {
@@ -289,6 +330,24 @@ mod tests {
         assert!(!rules.allows("list", "k8s.cni.cncf.io", "network-attachment-definitions", None));
         assert!(Rules::from_role(&json!({"kind": "Pod"})).is_err());
         assert!(Rules::from_role(&json!({"kind": "ClusterRole", "rules": [{"verbs": ["get"]}]})).is_err());
+    }
+
+    #[test]
+    fn unused_and_missing_permissions_are_named() {
+        let rules = Rules::from_role(&role()).unwrap();
+        let p = |v: &str, g: &str, r: &str| (v.to_string(), g.to_string(), r.to_string());
+        assert_eq!(rules.grants().len(), 5);
+        let used = BTreeSet::from([
+            p("list", "", "pods"),
+            p("watch", "", "pods"),
+            p("create", "", "pods"),
+        ]);
+        let allowed = BTreeSet::from([p("get", "", "pods")]);
+        assert_eq!(
+            rules.unused(&used, &allowed),
+            BTreeSet::from([p("update", "", "pods/status"), p("get", "k8s.cni.cncf.io", "*")])
+        );
+        assert_eq!(rules.missing(&used), BTreeSet::from([p("create", "", "pods")]));
     }
 
     #[test]

@@ -102,6 +102,8 @@ pub fn render(vmi: &VirtualMachineInstance, node: &str, annotations: BTreeMap<St
         name: vmi.metadata.name.clone(),
         uid: vmi.metadata.uid.clone().unwrap_or_default(),
         controller: Some(true),
+        // KubeVirt's shape. Only the local cluster renders launcher pods (`Roles::kubevirt`);
+        // on Kubernetes virt-controller does, with its own finalizer rights.
         block_owner_deletion: Some(true),
     });
     let mut pod = Pod {

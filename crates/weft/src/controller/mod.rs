@@ -1,9 +1,14 @@
 //! The controller: VirtualMachine → VirtualMachineInstance → virt-launcher pod, IPAM claims,
 //! and VMI status from the pod. Level-triggered: each pass reads the store and converges.
+//! Which of these run depends on the backend ([`Roles::for_backend`]): beside KubeVirt on
+//! Kubernetes only the claims and the reservation garbage collection.
 
 pub mod config;
 pub mod launcher_pod;
 pub mod migration;
+pub mod roles;
+
+pub use roles::Roles;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -28,15 +33,28 @@ const RESYNC: Duration = Duration::from_millis(400);
 /// `weft controller`.
 pub async fn run(state: &Path) -> anyhow::Result<i32> {
     let store = crate::cluster::open_store(state, crate::cluster::Component::Controller).await?;
+    let roles = Roles::for_backend();
+    tracing::info!(?roles, "controller roles");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut last_ipam_sweep = std::time::Instant::now();
+    // The first sweep runs at once: leaks from while no controller ran are freed at start.
+    let mut last_ipam_sweep: Option<std::time::Instant> = None;
     // A reconcile every RESYNC fails every time while the API server is down: logged once per
     // interval with the count of the failures in between.
     let mut failures = LogThrottle::default();
     // Per object, a failure every pass (a 403, a 422) is logged once per interval too.
     let mut objects = KeyedThrottle::default();
     loop {
-        match reconcile(&store, &mut objects).await {
+        let pass = match roles.kubevirt {
+            true => reconcile(&store, &mut objects).await,
+            false if roles.claims => {
+                crate::claims::reconcile_vm_claims(&store, |key, result| {
+                    report(&mut objects, "vm", key, result)
+                })
+                .await
+            }
+            false => Ok(()),
+        };
+        match pass {
             Err(e) => {
                 if let Decision::Log { suppressed } = failures.decide(std::time::Instant::now()) {
                     tracing::warn!(suppressed, "reconcile: {e:#}");
@@ -48,8 +66,8 @@ pub async fn run(state: &Path) -> anyhow::Result<i32> {
                 }
             }
         }
-        if last_ipam_sweep.elapsed() > IPAM_SWEEP {
-            last_ipam_sweep = std::time::Instant::now();
+        if roles.reservation_gc && last_ipam_sweep.is_none_or(|t| t.elapsed() > IPAM_SWEEP) {
+            last_ipam_sweep = Some(std::time::Instant::now());
             if let Err(e) = crate::claims::reconcile_reservations(&store).await {
                 tracing::warn!("IPAM reconcile: {e:#}");
             }

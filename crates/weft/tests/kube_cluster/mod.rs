@@ -18,6 +18,11 @@ pub const NODE_TOKEN: &str = "weft-node-token";
 /// The user the API server sees for the `weft-node` ServiceAccount.
 pub const NODE_USER: &str = "system:serviceaccount:weft-system:weft-node";
 
+/// The bearer token `weft controller` presents: it is the `weft-controller` ServiceAccount.
+pub const CONTROLLER_TOKEN: &str = "weft-controller-token";
+/// The user the API server sees for the `weft-controller` ServiceAccount.
+pub const CONTROLLER_USER: &str = "system:serviceaccount:weft-system:weft-controller";
+
 /// The rules of deploy/'s ClusterRole `name` (deploy/rbac/*.yaml), as the API server would
 /// enforce them.
 pub fn deploy_role(name: &str) -> Rules {
@@ -120,6 +125,8 @@ impl Drop for FakeCluster {
 /// A `weft agent --kubeconfig` process in a node namespace, killed on drop.
 pub struct KubeAgent {
     pub child: Child,
+    /// The node the agent serves (`--node`).
+    pub node_name: String,
     pub dir: tempfile::TempDir,
     pub bin: PathBuf,
     pub conf: Value,
@@ -127,6 +134,12 @@ pub struct KubeAgent {
 
 impl KubeAgent {
     pub fn start(node: &Netns, cluster: &FakeCluster) -> Self {
+        Self::start_on(node, cluster, "n1")
+    }
+
+    /// An agent for Kubernetes node `node_name`, running in `node` (several agents, several
+    /// nodes, may share one namespace: each has its own state, socket and caches).
+    pub fn start_on(node: &Netns, cluster: &FakeCluster, node_name: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path();
         let bin = state.join("bin");
@@ -152,9 +165,10 @@ impl KubeAgent {
             .unwrap()
             .write_kubeconfig_with_token(&kubeconfig, NODE_TOKEN)
             .unwrap();
-        let child = Self::spawn(node, state);
+        let child = Self::spawn_on(node, state, node_name);
         let agent = Self {
             child,
+            node_name: node_name.to_string(),
             dir,
             bin,
             conf,
@@ -172,12 +186,17 @@ impl KubeAgent {
 
     /// `weft agent` on `state`'s kubeconfig, conf dir, cache dir and plugins, in `node`.
     pub fn spawn(node: &Netns, state: &Path) -> Child {
+        Self::spawn_on(node, state, "n1")
+    }
+
+    /// [`KubeAgent::spawn`] for Kubernetes node `node_name`.
+    pub fn spawn_on(node: &Netns, state: &Path, node_name: &str) -> Child {
         node.command(&[weft_bin().to_str().unwrap()])
             .arg("--kubeconfig")
             .arg(state.join("kubeconfig"))
             .arg("--state-dir")
             .arg(state)
-            .args(["--log", "info", "agent", "--node", "n1"])
+            .args(["--log", "info", "agent", "--node", node_name])
             .arg("--socket")
             .arg(state.join("weft.sock"))
             .arg("--conf-dir")
@@ -214,7 +233,7 @@ impl KubeAgent {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(self.dir.path().join("weft.sock"));
-        self.child = Self::spawn(node, self.dir.path());
+        self.child = Self::spawn_on(node, self.dir.path(), &self.node_name);
         self.wait_for_socket();
     }
 
