@@ -49,7 +49,7 @@ type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
 #[derive(Clone)]
 pub struct FakeApiServer {
     store: Arc<dyn Store>,
-    types: Arc<Vec<ResourceType>>,
+    types: Arc<Mutex<Vec<ResourceType>>>,
     log: Arc<Mutex<Vec<RequestRecord>>>,
     faults: Arc<Faults>,
     policy: Arc<Mutex<Policy>>,
@@ -110,7 +110,7 @@ impl FakeApiServer {
     pub fn new(store: Arc<dyn Store>, types: impl IntoIterator<Item = ResourceType>) -> Self {
         Self {
             store,
-            types: Arc::new(types.into_iter().collect()),
+            types: Arc::new(Mutex::new(types.into_iter().collect())),
             log: Arc::default(),
             faults: Arc::new(Faults {
                 down: watch::Sender::new(false),
@@ -119,6 +119,14 @@ impl FakeApiServer {
                 concurrent_writes: Mutex::default(),
             }),
             policy: Arc::default(),
+        }
+    }
+
+    /// Start serving `ty` (a CRD being installed): until then its paths answer 404.
+    pub fn serve_type(&self, ty: ResourceType) {
+        let mut types = lock(&self.types);
+        if !types.contains(&ty) {
+            types.push(ty);
         }
     }
 
@@ -233,10 +241,10 @@ impl FakeApiServer {
         }
         let (_, rules) = identity?;
         for owner in strict::blocking_owners(&obj, old.as_ref()) {
-            let owner_type = self
-                .types
+            let owner_type = lock(&self.types)
                 .iter()
-                .find(|t| t.api_version == owner.api_version && t.kind == owner.kind);
+                .find(|t| t.api_version == owner.api_version && t.kind == owner.kind)
+                .cloned();
             let (group, plural) = match owner_type {
                 Some(t) => (t.group().to_string(), t.plural.clone()),
                 None => (
@@ -508,12 +516,11 @@ impl FakeApiServer {
                 key: parts.uri.path().into(),
             });
         };
-        let Some(ty) = self
-            .types
+        let found = lock(&self.types)
             .iter()
             .find(|t| t.api_version == target.api_version && t.plural == target.plural)
-            .cloned()
-        else {
+            .cloned();
+        let Some(ty) = found else {
             return failure(&StoreError::NotFound {
                 kind: "resource".into(),
                 key: format!("{}/{}", target.api_version, target.plural),
