@@ -45,13 +45,17 @@ struct Cluster {
 
 impl Cluster {
     fn start() -> Self {
+        Self::serving(kinds())
+    }
+
+    fn serving(types: Vec<ResourceType>) -> Self {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap();
         let objects = MemoryStore::shared();
-        let api = FakeApiServer::new(objects.clone(), kinds());
+        let api = FakeApiServer::new(objects.clone(), types);
         api.accept_pods_without_containers();
         let tcp = {
             let _entered = runtime.enter();
@@ -97,6 +101,30 @@ impl Drop for Cluster {
 
 struct Controller(Child);
 
+impl Controller {
+    fn start(cluster: &Cluster, dir: &Path) -> (Self, std::path::PathBuf) {
+        let kubeconfig = dir.join("kubeconfig");
+        cluster
+            .tcp
+            .as_ref()
+            .unwrap()
+            .write_kubeconfig(&kubeconfig)
+            .unwrap();
+        let log = dir.join("controller.log");
+        let child = std::process::Command::new(weft_bin())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--state-dir")
+            .arg(dir)
+            .args(["--log", "info", "controller"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        (Self(child), log)
+    }
+}
+
 impl Drop for Controller {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -116,17 +144,102 @@ fn wait_until(what: &str, log: &Path, mut ready: impl FnMut() -> bool) {
     }
 }
 
+fn vm1() -> Value {
+    json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+        "metadata": {"name": "vm1", "namespace": "default"},
+        "spec": {"running": true, "template": {"spec": {
+            "domain": {"devices": {"interfaces": [
+                {"name": "default", "masquerade": {}}, {"name": "blue", "bridge": {}}]}},
+            "networks": [{"name": "default", "pod": {}},
+                         {"name": "blue", "multus": {"networkName": "blue"}}]}}}})
+}
+
+fn node_and_nad(cluster: &Cluster) {
+    cluster.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}));
+    let blue = json!({"cniVersion": "1.0.0", "name": "blue", "type": "bridge",
+                      "allowPersistentIPs": true,
+                      "ipam": {"type": "weft-ipam", "range": "10.77.0.0/24"}});
+    cluster.create(
+        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+        "metadata": {"name": "blue", "namespace": "default"}, "spec": {"config": blue.to_string()}}),
+    );
+}
+
+/// Started on a cluster without KubeVirt's and the IPAMClaim CRDs: each is said once and
+/// re-checked with backoff; installed later, they are served without a restart.
+#[test]
+fn crds_installed_after_the_controller_started_are_served_without_a_restart() {
+    let later = [
+        weft_vm::VirtualMachine::resource_type(),
+        weft_vm::VirtualMachineInstance::resource_type(),
+        weft_vm::api::KubeVirt::resource_type(),
+        weft_ipam::IpamClaim::resource_type(),
+    ];
+    let cluster = Cluster::serving(kinds().into_iter().filter(|k| !later.contains(k)).collect());
+    node_and_nad(&cluster);
+    let dir = tempfile::tempdir().unwrap();
+    let (_controller, log) = Controller::start(&cluster, dir.path());
+    let text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let vm_lists = || {
+        cluster
+            .api
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.starts_with("GET /apis/kubevirt.io/v1/virtualmachines?") && !r.contains("watch=true")
+            })
+            .count()
+    };
+    // Listed, found missing, re-checked (after 1 s): and said once.
+    wait_until("a re-check of the missing VM CRD", &log, || vm_lists() >= 2);
+    let said = text()
+        .lines()
+        .filter(|l| l.contains("virtualmachines.kubevirt.io not installed; waiting"))
+        .count();
+    assert_eq!(said, 1, "{}", text());
+    assert!(
+        text().contains("ipamclaims.k8s.cni.cncf.io not installed; waiting"),
+        "{}",
+        text()
+    );
+    // Nothing else is warned about (was: `WARN reconcile: VirtualMachine (all) not found` every
+    // 400 ms).
+    let warnings: Vec<String> = text()
+        .lines()
+        .filter(|l| l.contains("WARN") && !l.contains("not installed; waiting"))
+        .map(String::from)
+        .collect();
+    assert!(warnings.is_empty(), "{warnings:#?}");
+
+    // The CRDs appear; a VM created now gets its claim, VMI and launcher pod.
+    for ty in later {
+        cluster.api.serve_type(ty);
+    }
+    cluster.create(vm1());
+    wait_until("claim, VMI and launcher pod", &log, || {
+        cluster.list(&weft_ipam::IpamClaim::resource_type()).len() == 1
+            && cluster
+                .list(&weft_vm::VirtualMachineInstance::resource_type())
+                .len()
+                == 1
+            && cluster
+                .list(&pods())
+                .iter()
+                .any(|p| p.metadata.label("kubevirt.io") == Some("virt-launcher"))
+    });
+    assert!(
+        text().contains("virtualmachines.kubevirt.io is served now"),
+        "{}",
+        text()
+    );
+    // Re-checked with backoff, not every pass.
+    assert!(vm_lists() <= 8, "{} lists of the missing kind", vm_lists());
+}
+
 #[test]
 fn controller_requests_idle_and_per_vm_lifecycle_are_bounded() {
     let cluster = Cluster::start();
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    cluster
-        .tcp
-        .as_ref()
-        .unwrap()
-        .write_kubeconfig(&kubeconfig)
-        .unwrap();
     cluster.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}));
     let blue = json!({"cniVersion": "1.0.0", "name": "blue", "type": "bridge",
                       "allowPersistentIPs": true,
@@ -136,19 +249,7 @@ fn controller_requests_idle_and_per_vm_lifecycle_are_bounded() {
         "metadata": {"name": "blue", "namespace": "default"}, "spec": {"config": blue.to_string()}}),
     );
 
-    let log = dir.path().join("controller.log");
-    let _controller = Controller(
-        std::process::Command::new(weft_bin())
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--state-dir")
-            .arg(dir.path())
-            .args(["--log", "info", "controller"])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let (_controller, log) = Controller::start(&cluster, dir.path());
     // Started: every kind listed once and watched.
     let watched = kinds().len() - 1; // not Events
     wait_until("watches open", &log, || {
@@ -176,13 +277,7 @@ fn controller_requests_idle_and_per_vm_lifecycle_are_bounded() {
     // A VM with a persistent-IP network: create → running.
     cluster.api.clear_requests();
     let started = Instant::now();
-    cluster.create(json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
-        "metadata": {"name": "vm1", "namespace": "default"},
-        "spec": {"running": true, "template": {"spec": {
-            "domain": {"devices": {"interfaces": [
-                {"name": "default", "masquerade": {}}, {"name": "blue", "bridge": {}}]}},
-            "networks": [{"name": "default", "pod": {}},
-                         {"name": "blue", "multus": {"networkName": "blue"}}]}}}}));
+    cluster.create(vm1());
     let launcher = || {
         cluster
             .list(&pods())
