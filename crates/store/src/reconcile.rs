@@ -242,6 +242,13 @@ pub async fn run<K, M, R, E>(
     let mut changes_open = true;
     tokio::pin!(shutdown);
     loop {
+        // Every change waiting is mapped before the next key is taken: a burst of changes of
+        // one object is one reconcile.
+        while let Ok(change) = changes.try_recv() {
+            for key in map(&change) {
+                queue.add(key, Instant::now());
+            }
+        }
         let now = Instant::now();
         for (resync, next) in config.resyncs.iter_mut().zip(next_resync.iter_mut()) {
             if *next <= now {
@@ -267,12 +274,6 @@ pub async fn run<K, M, R, E>(
                     if let Decision::Log { suppressed } = logs.decide(&label, std::time::Instant::now()) {
                         tracing::warn!(object = %label, suppressed, failures, "{e:#}");
                     }
-                }
-            }
-            // Take the changes that arrived meanwhile before the next key.
-            while let Ok(change) = changes.try_recv() {
-                for key in map(&change) {
-                    queue.add(key, Instant::now());
                 }
             }
             continue;
@@ -401,66 +402,149 @@ mod tests {
         assert_eq!(q.pop_ready(t + Duration::from_secs(2)), Some("a"));
     }
 
-    /// Any sequence of adds, pops and finishes: a key is never handed out twice at once, the
-    /// queue never holds a key twice, and every added key is eventually handed out.
-    #[test]
-    fn random_operation_sequences_keep_the_invariants() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        for _ in 0..200 {
+    #[derive(Clone, Debug)]
+    enum Op {
+        Add(u8),
+        Pop,
+        Finish(usize, bool),
+        Wait(u64),
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0u8..5).prop_map(Op::Add),
+            Just(Op::Pop),
+            (0usize..5, any::<bool>()).prop_map(|(i, ok)| Op::Finish(i, ok)),
+            (0u64..400).prop_map(Op::Wait),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Any sequence of adds, pops, finishes and waits: a key is never handed out while it
+        /// is active, the queue holds each key at most once, and every key added (or failed)
+        /// since it was last handed out is handed out again eventually.
+        #[test]
+        fn any_operation_sequence_keeps_the_invariants(ops in proptest::collection::vec(op(), 0..200)) {
             let t = Instant::now();
             let mut now = t;
             let mut q = WorkQueue::new(Backoff::default());
             let mut active: Vec<u8> = Vec::new();
             let mut wanted = std::collections::BTreeSet::new();
-            for _ in 0..100 {
-                match next() % 4 {
-                    0 | 1 => {
-                        let key = (next() % 5) as u8;
+            for op in ops {
+                match op {
+                    Op::Add(key) => {
                         q.add(key, now);
                         wanted.insert(key);
                     }
-                    2 => {
+                    Op::Pop => {
                         if let Some(key) = q.pop_ready(now) {
-                            assert!(!active.contains(&key), "key {key} handed out twice");
+                            proptest::prop_assert!(!active.contains(&key), "key {} handed out twice", key);
                             active.push(key);
                             wanted.remove(&key);
                         }
                     }
-                    _ => {
+                    Op::Finish(i, ok) => {
                         if !active.is_empty() {
-                            let key = active.remove((next() % active.len() as u64) as usize);
-                            let outcome = if next() % 3 == 0 {
-                                Err(())
-                            } else {
-                                Ok(Action::Done)
-                            };
-                            if outcome.is_err() {
+                            let key = active.remove(i % active.len());
+                            if !ok {
                                 wanted.insert(key);
                             }
-                            q.finish(&key, outcome, now);
+                            q.finish(&key, if ok { Ok(Action::Done) } else { Err(()) }, now);
                         }
                     }
+                    Op::Wait(n) => now += ms(n),
                 }
-                now += ms(next() % 50);
-                assert!(q.len() <= 5);
+                proptest::prop_assert!(q.len() <= 5);
             }
             for key in std::mem::take(&mut active) {
                 q.finish(&key, Ok(Action::Done), now);
             }
-            // Drain: everything still wanted comes out, each once.
             let far = now + Duration::from_secs(3600);
             while let Some(key) = q.pop_ready(far) {
                 wanted.remove(&key);
                 q.finish(&key, Ok(Action::Done), far);
             }
-            assert!(wanted.is_empty(), "never handed out: {wanted:?}");
-            assert!(q.is_empty());
+            proptest::prop_assert!(wanted.is_empty(), "never handed out: {:?}", wanted);
+            proptest::prop_assert!(q.is_empty());
         }
+    }
+
+    /// The loop: changes map to keys, duplicates collapse, a failing key backs off, and a
+    /// resync queues its keys every interval (on tokio's paused clock: no real waiting).
+    #[tokio::test(start_paused = true)]
+    async fn the_loop_dedupes_backs_off_and_resyncs() {
+        use std::sync::{Arc, Mutex};
+        let (tx, rx) = mpsc::unbounded_channel();
+        let runs: Arc<Mutex<Vec<(String, Duration)>>> = Arc::default();
+        let start = Instant::now();
+        let obj = |name: &str| -> crate::Object {
+            serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name}}))
+            .unwrap()
+        };
+        let ty = ResourceType::new("v1", "Pod", "pods", true);
+        for _ in 0..3 {
+            tx.send(Change {
+                ty: ty.clone(),
+                event: WatchEvent::Added(obj("a")),
+            })
+            .unwrap();
+        }
+        tx.send(Change {
+            ty: ty.clone(),
+            event: WatchEvent::Added(obj("bad")),
+        })
+        .unwrap();
+        let seen = runs.clone();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(run(
+            rx,
+            |c: &Change| vec![c.event.object().metadata.name.clone()],
+            move |key: String| {
+                let seen = seen.clone();
+                Box::pin(async move {
+                    seen.lock().unwrap().push((key.clone(), start.elapsed()));
+                    if key == "bad" {
+                        Err("boom")
+                    } else {
+                        Ok(Action::Done)
+                    }
+                }) as BoxFuture<'static, Result<Action, &'static str>>
+            },
+            Config {
+                name: "test",
+                backoff: Backoff::default(),
+                resyncs: vec![Resync {
+                    every: Duration::from_secs(30),
+                    keys: Box::new(|| vec!["sweep".to_string()]),
+                }],
+            },
+            async {
+                let _ = stop_rx.await;
+            },
+        ));
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        stop_tx.send(()).unwrap();
+        task.await.unwrap();
+        let runs = runs.lock().unwrap().clone();
+        let count = |k: &str| runs.iter().filter(|(key, _)| key == k).count();
+        assert_eq!(count("a"), 1, "three changes of one key, one reconcile: {runs:?}");
+        assert_eq!(count("sweep"), 2, "a resync every 30 s: {runs:?}");
+        let bad: Vec<Duration> = runs
+            .iter()
+            .filter(|(k, _)| k == "bad")
+            .map(|(_, at)| *at)
+            .collect();
+        // 0, then 0.2, 0.6, 1.4, 3.0, 6.2, 12.6, 25.4, 51.0 s (backoff doubling from 200 ms).
+        assert_eq!(bad.len(), 9, "{bad:?}");
+        for pair in bad.windows(2).skip(1) {
+            let (a, b) = (pair[0], pair[1]);
+            assert!(b > a, "{bad:?}");
+        }
+        assert!(
+            bad[8] >= Duration::from_secs(51) && bad[8] < Duration::from_secs(52),
+            "{bad:?}"
+        );
     }
 }
