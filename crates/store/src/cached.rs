@@ -266,7 +266,7 @@ async fn reflect(
             Ok(list) => list,
             // The API does not serve the kind (a CRD not installed): said once, re-checked with
             // backoff, and reads answer NotFound meanwhile (the kind is "synced", empty).
-            Err(e) if e.is_not_found() => {
+            Err(e) if e.is_not_served() => {
                 let pause = match missing_pause {
                     None => {
                         tracing::warn!(

@@ -531,10 +531,8 @@ impl FakeApiServer {
             .find(|t| t.api_version == target.api_version && t.plural == target.plural)
             .cloned();
         let Some(ty) = found else {
-            return failure(&StoreError::NotFound {
-                kind: "resource".into(),
-                key: format!("{}/{}", target.api_version, target.plural),
-            });
+            // As kube-apiserver answers for a resource it does not serve (a CRD not installed).
+            return json_response(StatusCode::NOT_FOUND, &strict::no_such_path());
         };
         let opts = ListOptions {
             labels: param("labelSelector").map(selector_pairs).unwrap_or_default(),

@@ -349,7 +349,7 @@ async fn reconcile_key(store: &Arc<dyn Store>, key: Key) -> anyhow::Result<Actio
                 .await
             {
                 // No VirtualMachine CRD: no claim can be told orphaned.
-                Err(e) if e.is_not_found() => return Ok(Action::Done),
+                Err(e) if e.is_not_served() => return Ok(Action::Done),
                 other => other?,
             };
             crate::claims::collect_orphans(store, &vms).await?;
