@@ -20,11 +20,22 @@ type Key = (String, String); // namespace, name
 /// again within a second of the API server's return (the log is throttled, not the retries).
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
 
+/// Re-checks of a kind the API does not serve (its CRD is not installed): from this, doubled
+/// per check, up to [`MISSING_MAX`].
+const MISSING_FIRST: Duration = Duration::from_secs(1);
+/// Longest pause between re-checks of a kind the API does not serve.
+const MISSING_MAX: Duration = Duration::from_secs(60);
+
 #[derive(Default)]
 struct Shelf {
     objects: BTreeMap<Key, Object>,
     resource_version: String,
+    /// The API does not serve the kind (list answered 404): reads answer NotFound from here.
+    missing: bool,
 }
+
+/// Where a reflector reports the changes it sees (for [`crate::reconcile`]).
+type Changes = Option<tokio::sync::mpsc::UnboundedSender<crate::reconcile::Change>>;
 
 /// A store that serves reads of the cached kinds from memory.
 pub struct CachedStore {
@@ -57,12 +68,39 @@ impl CachedStore {
     /// Cache `kinds` (each optionally narrowed by a selector, e.g. pods of this node) in front
     /// of `inner`. Starts one list+watch task per kind on the current tokio runtime.
     pub fn new(inner: Arc<dyn Store>, kinds: Vec<(ResourceType, ListOptions)>) -> Self {
+        Self::start(inner, kinds, None)
+    }
+
+    /// As [`CachedStore::new`], and every change the watches see (the first list's objects as
+    /// `Added`; after a relist, what changed meanwhile) is also sent on the returned channel,
+    /// for a [`crate::reconcile::run`] loop. A kind the API does not serve (404: its CRD is not
+    /// installed) is logged once, re-checked with backoff (up to a minute) and served from the
+    /// moment it appears; meanwhile reads of it answer NotFound without a request.
+    pub fn with_changes(
+        inner: Arc<dyn Store>,
+        kinds: Vec<(ResourceType, ListOptions)>,
+    ) -> (
+        Self,
+        tokio::sync::mpsc::UnboundedReceiver<crate::reconcile::Change>,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (Self::start(inner, kinds, Some(tx)), rx)
+    }
+
+    fn start(inner: Arc<dyn Store>, kinds: Vec<(ResourceType, ListOptions)>, changes: Changes) -> Self {
         let mut shelves = HashMap::new();
         let mut synced = HashMap::new();
         for (ty, opts) in kinds {
             let shelf = Arc::new(RwLock::new(Shelf::default()));
             let (tx, rx) = watch::channel(false);
-            tokio::spawn(reflect(inner.clone(), ty.clone(), opts, shelf.clone(), tx));
+            tokio::spawn(reflect(
+                inner.clone(),
+                ty.clone(),
+                opts,
+                shelf.clone(),
+                tx,
+                changes.clone(),
+            ));
             shelves.insert(ty.clone(), shelf);
             synced.insert(ty, rx);
         }
@@ -88,6 +126,28 @@ impl CachedStore {
         tokio::time::timeout(timeout, wait)
             .await
             .map_err(|_| StoreError::Unavailable(format!("cache not synced within {timeout:?}")))
+    }
+
+    /// The cached objects of `ty` (in `namespace`, or all), read without an await: for mapping
+    /// changes to keys. Empty when `ty` is not cached, not synced yet or not served.
+    pub fn snapshot(&self, ty: &ResourceType, namespace: Option<&str>) -> Vec<Object> {
+        let Some(shelf) = self.shelf(ty) else {
+            return Vec::new();
+        };
+        let shelf = shelf.read().unwrap_or_else(|e| e.into_inner());
+        shelf
+            .objects
+            .values()
+            .filter(|o| namespace.is_none_or(|ns| o.metadata.namespace.as_deref() == Some(ns)))
+            .cloned()
+            .collect()
+    }
+
+    /// Whether the API does not serve `ty` (its CRD is not installed), as last checked.
+    pub fn is_missing(&self, ty: &ResourceType) -> bool {
+        self.shelves
+            .get(ty)
+            .is_some_and(|s| s.read().unwrap_or_else(|e| e.into_inner()).missing)
     }
 
     fn shelf(&self, ty: &ResourceType) -> Option<&Arc<RwLock<Shelf>>> {
@@ -155,18 +215,86 @@ impl CachedStore {
     }
 }
 
+/// Report `event` on `changes` (if any).
+fn report(changes: &Changes, ty: &ResourceType, event: WatchEvent) {
+    if let Some(tx) = changes {
+        let _ = tx.send(crate::reconcile::Change {
+            ty: ty.clone(),
+            event,
+        });
+    }
+}
+
+/// Replace the shelf's objects with a fresh list, reporting what changed since the last one.
+fn restock(shelf: &RwLock<Shelf>, ty: &ResourceType, list: &ObjectList, changes: &Changes) {
+    let mut shelf = shelf.write().unwrap_or_else(|e| e.into_inner());
+    let fresh: BTreeMap<Key, Object> = list.items.iter().map(|o| (key_of(o), o.clone())).collect();
+    if changes.is_some() {
+        for (key, old) in &shelf.objects {
+            if !fresh.contains_key(key) {
+                report(changes, ty, WatchEvent::Deleted(old.clone()));
+            }
+        }
+        for (key, new) in &fresh {
+            match shelf.objects.get(key) {
+                None => report(changes, ty, WatchEvent::Added(new.clone())),
+                Some(old) if old.metadata.resource_version != new.metadata.resource_version => {
+                    report(changes, ty, WatchEvent::Modified(new.clone()))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    shelf.objects = fresh;
+    shelf.resource_version = list.resource_version.clone();
+    shelf.missing = false;
+}
+
 async fn reflect(
     inner: Arc<dyn Store>,
     ty: ResourceType,
     opts: ListOptions,
     shelf: Arc<RwLock<Shelf>>,
     synced: watch::Sender<bool>,
+    changes: Changes,
 ) {
     // One throttle for the list and watch failures of this kind: an outage fails both.
     let mut failures = LogThrottle::default();
+    let mut missing_pause: Option<Duration> = None;
     loop {
         let list = match inner.list(&ty, None, &opts).await {
             Ok(list) => list,
+            // The API does not serve the kind (a CRD not installed): said once, re-checked with
+            // backoff, and reads answer NotFound meanwhile (the kind is "synced", empty).
+            Err(e) if e.is_not_served() => {
+                let pause = match missing_pause {
+                    None => {
+                        tracing::warn!(
+                            kind = %ty.kind,
+                            "CRD {}.{} not installed; waiting (re-checked with backoff up to {:?})",
+                            ty.plural,
+                            ty.group(),
+                            MISSING_MAX
+                        );
+                        MISSING_FIRST
+                    }
+                    Some(pause) => (pause * 2).min(MISSING_MAX),
+                };
+                missing_pause = Some(pause);
+                {
+                    let mut shelf = shelf.write().unwrap_or_else(|e| e.into_inner());
+                    for old in std::mem::take(&mut shelf.objects).into_values() {
+                        report(&changes, &ty, WatchEvent::Deleted(old));
+                    }
+                    shelf.missing = true;
+                }
+                let _ = synced.send(true);
+                if synced.is_closed() {
+                    return;
+                }
+                tokio::time::sleep(pause).await;
+                continue;
+            }
             Err(e) => {
                 if let Decision::Log { suppressed } = failures.decide(Instant::now()) {
                     tracing::warn!(kind = %ty.kind, suppressed, "cache list failed: {e}");
@@ -175,11 +303,10 @@ async fn reflect(
                 continue;
             }
         };
-        {
-            let mut shelf = shelf.write().unwrap_or_else(|e| e.into_inner());
-            shelf.objects = list.items.iter().map(|o| (key_of(o), o.clone())).collect();
-            shelf.resource_version = list.resource_version.clone();
+        if missing_pause.take().is_some() {
+            tracing::info!(kind = %ty.kind, "{}.{} is served now", ty.plural, ty.group());
         }
+        restock(&shelf, &ty, &list, &changes);
         let _ = synced.send(true);
         let mut stream = match inner.watch(&ty, None, &opts, Some(&list.resource_version)).await {
             Ok(stream) => stream,
@@ -197,23 +324,33 @@ async fn reflect(
         while let Some(event) = stream.next().await {
             let Ok(event) = event else { break };
             let mut shelf = shelf.write().unwrap_or_else(|e| e.into_inner());
-            match event {
+            match &event {
                 WatchEvent::Added(o) | WatchEvent::Modified(o) => {
                     shelf.resource_version = o.metadata.resource_version.clone().unwrap_or_default();
                     // A fresher copy (our own write, a read after a conflict) may be cached.
-                    let key = key_of(&o);
-                    if shelf.objects.get(&key).is_none_or(|cached| newer(&o, cached)) {
-                        shelf.objects.insert(key, o);
+                    let key = key_of(o);
+                    if shelf.objects.get(&key).is_none_or(|cached| newer(o, cached)) {
+                        shelf.objects.insert(key, o.clone());
                     }
                 }
                 WatchEvent::Deleted(o) => {
-                    shelf.objects.remove(&key_of(&o));
+                    shelf.objects.remove(&key_of(o));
                 }
             }
+            drop(shelf);
+            report(&changes, &ty, event);
         }
         if synced.is_closed() {
             return;
         }
+    }
+}
+
+/// The error for a read of a kind the API does not serve (as the API server's 404).
+fn not_served(ty: &ResourceType) -> StoreError {
+    StoreError::NotFound {
+        kind: "resource".into(),
+        key: format!("{}/{}", ty.api_version, ty.plural),
     }
 }
 
@@ -228,12 +365,11 @@ impl Store for CachedStore {
         match self.shelf(ty) {
             Some(shelf) => {
                 let key = (ns.unwrap_or("").to_string(), name.to_string());
-                Ok(shelf
-                    .read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .objects
-                    .get(&key)
-                    .cloned())
+                let shelf = shelf.read().unwrap_or_else(|e| e.into_inner());
+                if shelf.missing {
+                    return Err(not_served(ty));
+                }
+                Ok(shelf.objects.get(&key).cloned())
             }
             None => self.inner.get(ty, ns, name).await,
         }
@@ -248,6 +384,9 @@ impl Store for CachedStore {
         match self.shelf(ty) {
             Some(shelf) => {
                 let shelf = shelf.read().unwrap_or_else(|e| e.into_inner());
+                if shelf.missing {
+                    return Err(not_served(ty));
+                }
                 let items = shelf
                     .objects
                     .values()

@@ -55,7 +55,21 @@ pub enum StoreError {
     Backend(String),
 }
 
+/// The message of the API server's 404 for a path it serves nothing at (as the Kubernetes
+/// backend keeps it in [`StoreError::Backend`]).
+const NO_SUCH_PATH: &str = "the server could not find the requested resource";
+
 impl StoreError {
+    /// True when the store does not serve the kind at all (a list answered the API server's 404
+    /// for the path: the CRD is not installed), or answered NotFound for it.
+    pub fn is_not_served(&self) -> bool {
+        match self {
+            StoreError::NotFound { .. } => true,
+            StoreError::Backend(message) => message.contains(NO_SUCH_PATH),
+            _ => false,
+        }
+    }
+
     /// True for [`StoreError::NotFound`].
     pub fn is_not_found(&self) -> bool {
         matches!(self, StoreError::NotFound { .. })
@@ -83,5 +97,29 @@ impl From<weft_object::ObjectError> for StoreError {
         match e {
             weft_object::ObjectError::Invalid(message) => StoreError::Invalid(message),
         }
+    }
+}
+
+#[cfg(test)]
+mod not_served_tests {
+    use super::StoreError;
+
+    #[test]
+    fn the_api_servers_404_for_an_unserved_path_is_not_served_and_other_errors_are_not() {
+        // How the Kubernetes backend keeps kube-apiserver's 404 for a resource it does not serve.
+        let crd_missing = StoreError::Backend(
+            "VirtualMachine (all): the server could not find the requested resource (404)".into(),
+        );
+        assert!(crd_missing.is_not_served());
+        assert!(!crd_missing.is_not_found(), "not an object that is missing");
+        assert!(
+            StoreError::NotFound {
+                kind: "resource".into(),
+                key: "kubevirt.io/v1/virtualmachines".into()
+            }
+            .is_not_served()
+        );
+        assert!(!StoreError::Unavailable("Kubernetes API: connection refused".into()).is_not_served());
+        assert!(!StoreError::Backend("VirtualMachine (all): 500".into()).is_not_served());
     }
 }

@@ -12,6 +12,9 @@
 //! * `KubeStore` (feature `kube`): a Kubernetes API server through kube-rs.
 //! * [`CachedStore`]: list+watch read cache in front of any of them.
 //!
+//! [`reconcile`] runs watch-driven reconcilers (kube-runtime's `Controller` shape) over a
+//! [`CachedStore`]: a per-key work queue with backoff, fed by the cache's watches.
+//!
 //! Feature `testing` adds `conformance` (the behaviour suite every backend passes, and
 //! `store_conformance_tests!` to run it), `double` (a store double counting its calls, which
 //! can be down or have silent watches) and, with `kube`, `fake_api` (an HTTP-level fake API
@@ -31,6 +34,7 @@ mod kubernetes;
 pub mod label_selector;
 mod memory;
 pub mod names;
+pub mod reconcile;
 mod select;
 pub mod semantics;
 #[cfg(feature = "sqlite")]

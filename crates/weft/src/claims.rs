@@ -45,16 +45,28 @@ async fn persistent_network(
         .and_then(persistent_network_of))
 }
 
-/// What a pass already listed: `(namespace, name)` of every claim, and per NAD `(namespace,
-/// name)` its persistent CNI network name (`None`: it does not allow persistent IPs).
-struct Listed {
-    claims: BTreeSet<(String, String)>,
-    nads: BTreeMap<(String, String), Option<String>>,
-}
-
 /// Create the claims a VM needs (idempotent).
+/// Reads go through the controller's watch cache: nothing is requested for a VM whose claims
+/// exist.
 pub async fn ensure_for_vm(store: &Arc<dyn Store>, vm: &VirtualMachine) -> anyhow::Result<()> {
-    ensure_missing(store, vm, None).await
+    let ns = vm.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let api = Api::<IpamClaim>::namespaced(store.clone(), &ns);
+    for (name, network, nad) in candidate_claims(vm) {
+        if api.get(&name).await?.is_some() {
+            continue;
+        }
+        let Some(cni_network) = persistent_network(store, &ns, nad).await? else {
+            continue;
+        };
+        match api.create(&claim_for(vm, network, &cni_network)).await {
+            Err(e) if e.is_already_exists() => {}
+            other => {
+                other?;
+                tracing::info!(claim = %name, vm = %vm.metadata.name, "IPAMClaim created");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The claim of VM network `network` (`<vm>.<network>`), owned by the VM without blocking its
@@ -95,85 +107,6 @@ fn candidate_claims(vm: &VirtualMachine) -> impl Iterator<Item = (String, &str, 
             multus.network_name.as_str(),
         ))
     })
-}
-
-/// Create the VM's missing claims. `listed`: what the caller listed (then nothing is read);
-/// `None`: each claim and NAD is looked up.
-async fn ensure_missing(
-    store: &Arc<dyn Store>,
-    vm: &VirtualMachine,
-    listed: Option<&Listed>,
-) -> anyhow::Result<()> {
-    let ns = vm.metadata.namespace.clone().unwrap_or_else(|| "default".into());
-    let api = Api::<IpamClaim>::namespaced(store.clone(), &ns);
-    for (name, network, nad) in candidate_claims(vm) {
-        let exists = match listed {
-            Some(listed) => listed.claims.contains(&(ns.clone(), name.clone())),
-            None => api.get(&name).await?.is_some(),
-        };
-        if exists {
-            continue;
-        }
-        let persistent = match listed {
-            Some(listed) => {
-                let (nad_ns, nad_name) = weft_netconf::split_namespaced(nad, &ns);
-                listed
-                    .nads
-                    .get(&(nad_ns.to_string(), nad_name.to_string()))
-                    .cloned()
-                    .flatten()
-            }
-            None => persistent_network(store, &ns, nad).await?,
-        };
-        let Some(cni_network) = persistent else {
-            continue;
-        };
-        match api.create(&claim_for(vm, network, &cni_network)).await {
-            Err(e) if e.is_already_exists() => {}
-            other => {
-                other?;
-                tracing::info!(claim = %name, vm = %vm.metadata.name, "IPAMClaim created");
-            }
-        }
-    }
-    Ok(())
-}
-
-/// One pass of weft's own work on Kubernetes, beside KubeVirt (see [`Roles`](crate::controller::roles::Roles)):
-/// each VM gets the claims of its persistent networks, claims of VMs that are gone are deleted
-/// and their addresses released. Nothing KubeVirt owns is read or written besides the VMs.
-/// Steady state: three LISTs (VMs, NADs, claims), nothing per VM. A VM whose claims cannot be made is reported to
-/// `on_vm` (`namespace/name`, outcome) and does not stop the others.
-pub async fn reconcile_vm_claims(
-    store: &Arc<dyn Store>,
-    mut on_vm: impl FnMut(&str, anyhow::Result<()>),
-) -> anyhow::Result<()> {
-    let vms = Api::<VirtualMachine>::all(store.clone())
-        .list(&ListOptions::default())
-        .await?;
-    let claims = Api::<IpamClaim>::all(store.clone())
-        .list(&ListOptions::default())
-        .await?;
-    let named =
-        |meta: &weft_store::ObjectMeta| (meta.namespace.clone().unwrap_or_default(), meta.name.clone());
-    let listed = Listed {
-        claims: claims.iter().map(|c| named(&c.metadata)).collect(),
-        nads: Api::<NetworkAttachmentDefinition>::all(store.clone())
-            .list(&ListOptions::default())
-            .await?
-            .iter()
-            .map(|nad| (named(&nad.metadata), persistent_network_of(nad)))
-            .collect(),
-    };
-    for vm in vms.iter().filter(|vm| vm.metadata.deletion_timestamp.is_none()) {
-        let key = format!(
-            "{}/{}",
-            vm.metadata.namespace.as_deref().unwrap_or_default(),
-            vm.metadata.name
-        );
-        on_vm(&key, ensure_missing(store, vm, Some(&listed)).await);
-    }
-    delete_orphans(store, &vms, claims).await
 }
 
 /// Pod interface name → claim name, for the VMI's networks that have a claim.

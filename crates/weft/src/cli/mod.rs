@@ -127,7 +127,13 @@ pub enum Command {
         socket: PathBuf,
     },
     /// Run the controller (VMs, VMIs, launcher pods, IPAM claims, status).
-    Controller,
+    Controller {
+        /// Which roles run: `beside-kubevirt` (IPAMClaims and reservation GC only; the default
+        /// on Kubernetes) or `local` (also KubeVirt's: VMIs, launcher pods, status, migrations;
+        /// the default on the embedded store, where weft is the VM runtime).
+        #[arg(long, value_parser = ["local", "beside-kubevirt"])]
+        roles: Option<String>,
+    },
     /// Install weft's CNI plugins (weft-cni, weft-ipam, passthru) into a CNI bin dir.
     InstallCni {
         /// The CNI bin dir, e.g. /opt/cni/bin.
@@ -296,7 +302,14 @@ async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Ipam(IpamCommand::Check { repair }) => ipam_check::run(&state, repair).await,
         Command::Agent(args) => crate::agent::run(&state, args).await,
         Command::AgentReady { socket } => crate::agent::probe_ready(socket).await,
-        Command::Controller => crate::controller::run(&state).await,
+        Command::Controller { roles } => {
+            let roles = match roles.as_deref() {
+                Some("local") => crate::controller::Roles::LOCAL,
+                Some(_) => crate::controller::Roles::BESIDE_KUBEVIRT,
+                None => crate::controller::Roles::for_backend(),
+            };
+            crate::controller::run(&state, roles).await
+        }
         Command::InstallCni {
             bin_dir,
             link,

@@ -17,7 +17,7 @@ pub async fn load(store: &Arc<dyn Store>) -> anyhow::Result<ClusterConfig> {
         .await
     {
         // A Kubernetes cluster without KubeVirt's CRD: KubeVirt's defaults.
-        Err(e) if e.is_not_found() => Vec::new(),
+        Err(e) if e.is_not_served() => Vec::new(),
         other => other?,
     };
     all.sort_by(|a, b| {

@@ -1,11 +1,13 @@
 //! The controller: VirtualMachine → VirtualMachineInstance → virt-launcher pod, IPAM claims,
-//! and VMI status from the pod. Level-triggered: each pass reads the store and converges.
+//! and VMI status from the pod. Level-triggered per object: [`reconciler`] watches the kinds,
+//! maps each change to the objects it touches and runs their reconcile (below) from the cache.
 //! Which of these run depends on the backend ([`Roles::for_backend`]): beside KubeVirt on
 //! Kubernetes only the claims and the reservation garbage collection.
 
 pub mod config;
 pub mod launcher_pod;
 pub mod migration;
+pub mod reconciler;
 pub mod roles;
 
 pub use roles::Roles;
@@ -13,71 +15,28 @@ pub use roles::Roles;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::Value;
 use weft_netconf::NetworkAttachmentDefinition;
-use weft_store::throttle::{Decision, KeyedThrottle, LogThrottle};
 use weft_store::{Api, ListOptions, Object, ObjectMeta, OwnerReference, Resource, Store};
 use weft_vm::{VirtualMachine, VirtualMachineInstance};
 
 use crate::kinds::{Node, Pod};
 
-/// How often leaked IP reservations are looked for.
-const IPAM_SWEEP: Duration = Duration::from_secs(30);
-
-/// How often the controller converges when nothing wakes it.
-const RESYNC: Duration = Duration::from_millis(400);
-
-/// `weft controller`.
-pub async fn run(state: &Path) -> anyhow::Result<i32> {
+/// `weft controller` with `roles`: watch-driven reconcilers (see [`reconciler`]).
+pub async fn run(state: &Path, roles: Roles) -> anyhow::Result<i32> {
     let store = crate::cluster::open_store(state, crate::cluster::Component::Controller).await?;
-    let roles = Roles::for_backend();
     tracing::info!(?roles, "controller roles");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    // The first sweep runs at once: leaks from while no controller ran are freed at start.
-    let mut last_ipam_sweep: Option<std::time::Instant> = None;
-    // A reconcile every RESYNC fails every time while the API server is down: logged once per
-    // interval with the count of the failures in between.
-    let mut failures = LogThrottle::default();
-    // Per object, a failure every pass (a 403, a 422) is logged once per interval too.
-    let mut objects = KeyedThrottle::default();
-    loop {
-        let pass = match roles.kubevirt {
-            true => reconcile(&store, &mut objects).await,
-            false if roles.claims => {
-                crate::claims::reconcile_vm_claims(&store, |key, result| {
-                    report(&mut objects, "vm", key, result)
-                })
-                .await
-            }
-            false => Ok(()),
-        };
-        match pass {
-            Err(e) => {
-                if let Decision::Log { suppressed } = failures.decide(std::time::Instant::now()) {
-                    tracing::warn!(suppressed, "reconcile: {e:#}");
-                }
-            }
-            Ok(_) => {
-                if let Some(suppressed) = failures.recover() {
-                    tracing::info!(suppressed, "reconcile succeeds again");
-                }
-            }
-        }
-        if roles.reservation_gc && last_ipam_sweep.is_none_or(|t| t.elapsed() > IPAM_SWEEP) {
-            last_ipam_sweep = Some(std::time::Instant::now());
-            if let Err(e) = crate::claims::reconcile_reservations(&store).await {
-                tracing::warn!("IPAM reconcile: {e:#}");
-            }
-        }
+    let shutdown = async move {
         tokio::select! {
-            _ = tokio::time::sleep(RESYNC) => {}
-            _ = term.recv() => return Ok(0),
-            _ = tokio::signal::ctrl_c() => return Ok(0),
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
         }
-    }
+    };
+    reconciler::serve(store, reconciler::Options::from_env(), roles, shutdown).await?;
+    Ok(0)
 }
 
 /// Whether a VM wants to run.
@@ -174,76 +133,7 @@ pub fn all_nics_leased(vmi: &VirtualMachineInstance, no_guests: bool) -> bool {
         })
 }
 
-/// Log an object's reconcile failure, at most once per interval per object (with the count of
-/// the failures in between), and forget it once it reconciles again.
-fn report(objects: &mut KeyedThrottle, what: &str, key: &str, result: anyhow::Result<()>) {
-    let key = format!("{what} {key}");
-    match result {
-        Err(e) => {
-            if let Decision::Log { suppressed } = objects.decide(&key, std::time::Instant::now()) {
-                tracing::warn!(object = %key, suppressed, "{e:#}");
-            }
-        }
-        Ok(()) => {
-            if let Some(suppressed) = objects.recover(&key) {
-                tracing::info!(object = %key, suppressed, "reconciles again");
-            }
-        }
-    }
-}
-
-async fn reconcile(store: &Arc<dyn Store>, objects: &mut KeyedThrottle) -> anyhow::Result<()> {
-    let vms = Api::<VirtualMachine>::all(store.clone())
-        .list(&ListOptions::default())
-        .await?;
-    let vmis = Api::<VirtualMachineInstance>::all(store.clone())
-        .list(&ListOptions::default())
-        .await?;
-    let pods = Api::<Pod>::all(store.clone())
-        .list(&ListOptions::default().label(launcher_pod::LAUNCHER_LABEL.0, launcher_pod::LAUNCHER_LABEL.1))
-        .await?;
-    for vm in &vms {
-        let key = format!(
-            "{}/{}",
-            vm.metadata.namespace.as_deref().unwrap_or_default(),
-            vm.metadata.name
-        );
-        report(objects, "vm", &key, reconcile_vm(store, vm, &vmis).await);
-    }
-    for vmi in &vmis {
-        let key = format!("{}/{}", vmi.namespace(), vmi.metadata.name);
-        report(objects, "vmi", &key, reconcile_vmi(store, vmi, &pods).await);
-    }
-    // VMIs whose owning VM is gone (Kubernetes' garbage collector would delete them).
-    let live_vms: BTreeSet<&str> = vms.iter().filter_map(|v| v.metadata.uid.as_deref()).collect();
-    for vmi in &vmis {
-        let orphaned = vmi
-            .metadata
-            .owner_references
-            .iter()
-            .any(|o| o.kind == VirtualMachine::KIND && !live_vms.contains(o.uid.as_str()));
-        if orphaned && vmi.metadata.deletion_timestamp.is_none() {
-            Api::<VirtualMachineInstance>::namespaced(store.clone(), vmi.namespace())
-                .delete(&vmi.metadata.name)
-                .await?;
-        }
-    }
-    // Launcher pods whose VMI is gone.
-    let live: BTreeSet<&str> = vmis.iter().filter_map(|v| v.metadata.uid.as_deref()).collect();
-    for pod in &pods {
-        let owner = pod.metadata.label(launcher_pod::CREATED_BY_LABEL).unwrap_or("");
-        if !live.contains(owner) && pod.metadata.deletion_timestamp.is_none() {
-            let ns = pod.metadata.namespace.clone().unwrap_or_default();
-            Api::<Pod>::namespaced(store.clone(), &ns)
-                .delete(&pod.metadata.name)
-                .await?;
-        }
-    }
-    crate::claims::collect_orphans(store, &vms).await?;
-    Ok(())
-}
-
-async fn reconcile_vm(
+pub(super) async fn reconcile_vm(
     store: &Arc<dyn Store>,
     vm: &VirtualMachine,
     vmis: &[VirtualMachineInstance],
@@ -445,7 +335,7 @@ pub fn vmi_from_template(vm: &VirtualMachine) -> VirtualMachineInstance {
     vmi
 }
 
-async fn reconcile_vmi(
+pub(super) async fn reconcile_vmi(
     store: &Arc<dyn Store>,
     vmi: &VirtualMachineInstance,
     pods: &[Pod],
