@@ -132,6 +132,7 @@ pub fn known_types() -> Vec<ResourceType> {
         weft_netconf::NetworkAttachmentDefinition::resource_type(),
         weft_vm::VirtualMachine::resource_type(),
         weft_vm::VirtualMachineInstance::resource_type(),
+        weft_vm::VirtualMachineInstanceMigration::resource_type(),
         weft_ipam::IpamClaim::resource_type(),
         crate::kinds::Event::resource_type(),
         weft_vm::KubeVirt::resource_type(),
@@ -157,6 +158,9 @@ pub fn resolve_kind(name: &str) -> anyhow::Result<ResourceType> {
     let wanted = match lower.as_str() {
         "vm" | "vms" | "virtualmachine" | "virtualmachines" => "VirtualMachine",
         "vmi" | "vmis" | "virtualmachineinstance" | "virtualmachineinstances" => "VirtualMachineInstance",
+        "vmim" | "vmims" | "virtualmachineinstancemigration" | "virtualmachineinstancemigrations" => {
+            "VirtualMachineInstanceMigration"
+        }
         "pod" | "pods" | "po" => "Pod",
         "node" | "nodes" | "no" => "Node",
         "nad"
@@ -172,12 +176,10 @@ pub fn resolve_kind(name: &str) -> anyhow::Result<ResourceType> {
         "kubevirt" | "kubevirts" | "kv" => "KubeVirt",
         "ipreservation" | "ipreservations" => weft_ipam::IpReservation::KIND,
         "vmim" | "vmims" | "virtualmachineinstancemigration" | "virtualmachineinstancemigrations" => {
-            anyhow::bail!(
-                "weft stores no VirtualMachineInstanceMigration objects: a migration is `weft migrate VMI [--to NODE]`, its steps are Events (`weft describe vmi VMI`)"
-            )
+            "VirtualMachineInstanceMigration"
         }
         _ => anyhow::bail!(
-            "the server doesn't have a resource type {name:?} (known: vm, vmi, pod, node, nad, ipamclaim, event, ipreservation, kubevirt)"
+            "the server doesn't have a resource type {name:?} (known: vm, vmi, vmim, pod, node, nad, ipamclaim, event, ipreservation, kubevirt)"
         ),
     };
     known_types()

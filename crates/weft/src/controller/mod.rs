@@ -546,7 +546,7 @@ async fn reconcile_vmi(
     let ready = pod.status.phase == "Running";
     let node = pod.spec.node_name.clone();
     let now = jiff::Timestamp::now();
-    api.modify_status(&vmi.metadata.name, |v| {
+    let updated = api.modify_status(&vmi.metadata.name, |v| {
         let plan = weft_vm::plan_vmi_sync(
             v,
             weft_vm::PodView {
@@ -573,6 +573,9 @@ async fn reconcile_vmi(
         *status != before
     })
     .await?;
+    if !migrating && new_phase == "Running" {
+        migration::ensure_required_migration(store, &updated).await?;
+    }
     // Hot-plug/unplug: the running pod's networks annotation follows the VMI's interfaces.
     let plan = weft_vm::plan_vmi_sync(
         vmi,

@@ -7,6 +7,8 @@ pub mod guest_agent;
 mod guest_v6;
 pub mod kubelet;
 mod launcher;
+pub mod migration;
+pub mod migration_proxy;
 mod network;
 mod passt;
 pub mod processes;
