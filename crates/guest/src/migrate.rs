@@ -157,8 +157,14 @@ mod tests {
             "ram": {"transferred": 1_000_000u64, "remaining": 9_000_000u64, "total": 268_435_456u64,
                     "dirty-pages-rate": 120, "dirty-sync-count": 2}});
         let p = MigrationProgress::parse(&active);
-        assert_eq!((p.status.as_str(), p.transferred_bytes, p.remaining_bytes), ("active", 1_000_000, 9_000_000));
-        assert_eq!((p.dirty_pages_rate, p.iterations, p.expected_downtime_ms), (120, 2, Some(31)));
+        assert_eq!(
+            (p.status.as_str(), p.transferred_bytes, p.remaining_bytes),
+            ("active", 1_000_000, 9_000_000)
+        );
+        assert_eq!(
+            (p.dirty_pages_rate, p.iterations, p.expected_downtime_ms),
+            (120, 2, Some(31))
+        );
         assert!(!p.is_final());
         let done = json!({"status": "completed", "total-time": 1500, "downtime": 40,
             "ram": {"transferred": 30_000_000u64, "remaining": 0, "total": 268_435_456u64}});

@@ -212,7 +212,9 @@ pub fn migration_step(obs: &MigrationObservation) -> MigrationStep {
         None if state.completed => MigrationPhase::Running,
         None => return failed("the target pod is gone".into(), Some(state), false),
         Some(pod) if pod.phase == "Failed" => {
-            let why = Some(pod.message.as_str()).filter(|m| !m.is_empty()).unwrap_or("no reason given");
+            let why = Some(pod.message.as_str())
+                .filter(|m| !m.is_empty())
+                .unwrap_or("no reason given");
             return failed(format!("the target pod failed: {why}"), Some(state), true);
         }
         Some(pod) if pod.phase != "Running" => {
@@ -245,7 +247,11 @@ pub fn migration_step(obs: &MigrationObservation) -> MigrationStep {
             target_exists,
         );
     }
-    let phase = if observed > current { current.next() } else { current };
+    let phase = if observed > current {
+        current.next()
+    } else {
+        current
+    };
     let mut step = stay(phase);
     step.actions.hand_over = phase == MigrationPhase::Succeeded;
     step
@@ -329,19 +335,17 @@ pub fn pinned_target_node(vmim: &VirtualMachineInstanceMigration) -> Option<&str
 }
 
 /// Record the transition to `phase` at `now` in `status` (no-op when already there).
-pub fn record_phase(
-    status: &mut crate::api::MigrationStatus,
-    phase: MigrationPhase,
-    now: &str,
-) -> bool {
+pub fn record_phase(status: &mut crate::api::MigrationStatus, phase: MigrationPhase, now: &str) -> bool {
     if status.phase == phase.as_str() {
         return false;
     }
     status.phase = phase.as_str().into();
-    status.phase_transition_timestamps.push(crate::api::PhaseTransition {
-        phase: phase.as_str().into(),
-        phase_transition_timestamp: now.into(),
-    });
+    status
+        .phase_transition_timestamps
+        .push(crate::api::PhaseTransition {
+            phase: phase.as_str().into(),
+            phase_transition_timestamp: now.into(),
+        });
     true
 }
 
@@ -354,7 +358,11 @@ mod tests {
         Timestamp::from_second(1_700_000_000 + secs).unwrap()
     }
 
-    fn obs<'a>(phase: MigrationPhase, state: Option<&'a MigrationState>, pod: Option<&str>) -> MigrationObservation<'a> {
+    fn obs<'a>(
+        phase: MigrationPhase,
+        state: Option<&'a MigrationState>,
+        pod: Option<&str>,
+    ) -> MigrationObservation<'a> {
         MigrationObservation {
             phase: Some(phase),
             since: Some(at(0)),
@@ -401,9 +409,15 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(walk(Scheduling, &state, "Pending"), vec![Scheduling]);
-        assert_eq!(walk(Scheduling, &state, "Running"), vec![Scheduling, Scheduled, PreparingTarget]);
+        assert_eq!(
+            walk(Scheduling, &state, "Running"),
+            vec![Scheduling, Scheduled, PreparingTarget]
+        );
         state.target_node_address = "172.31.255.2".into();
-        assert_eq!(walk(PreparingTarget, &state, "Running"), vec![PreparingTarget, TargetReady]);
+        assert_eq!(
+            walk(PreparingTarget, &state, "Running"),
+            vec![PreparingTarget, TargetReady]
+        );
         state.start_timestamp = Some("t".into());
         assert_eq!(walk(TargetReady, &state, "Running"), vec![TargetReady, Running]);
         // Completed on the source, the target guest not yet resumed: still Running.
@@ -416,10 +430,20 @@ mod tests {
         // Everything at once still walks every phase.
         assert_eq!(
             walk(Scheduling, &state, "Running"),
-            vec![Scheduling, Scheduled, PreparingTarget, TargetReady, Running, Succeeded]
+            vec![
+                Scheduling,
+                Scheduled,
+                PreparingTarget,
+                TargetReady,
+                Running,
+                Succeeded
+            ]
         );
         // Final phases stay.
-        assert_eq!(migration_step(&obs(Succeeded, Some(&state), None)).phase, Succeeded);
+        assert_eq!(
+            migration_step(&obs(Succeeded, Some(&state), None)).phase,
+            Succeeded
+        );
     }
 
     #[test]
@@ -456,8 +480,16 @@ mod tests {
         assert_eq!(step.reason.as_deref(), Some("Unable to write to socket"));
         assert!(step.actions.delete_target && !step.actions.abort_source);
         // A Failed migration keeps deleting its target pod until it is gone.
-        assert!(migration_step(&obs(Failed, Some(&reported), Some("Running"))).actions.delete_target);
-        assert!(!migration_step(&obs(Failed, Some(&reported), None)).actions.delete_target);
+        assert!(
+            migration_step(&obs(Failed, Some(&reported), Some("Running")))
+                .actions
+                .delete_target
+        );
+        assert!(
+            !migration_step(&obs(Failed, Some(&reported), None))
+                .actions
+                .delete_target
+        );
 
         // Too slow a transfer.
         let mut stuck = obs(Running, Some(&started), Some("Running"));
@@ -469,7 +501,10 @@ mod tests {
         // Not running / not migratable: failed before anything exists.
         let mut stopped = obs(Pending, None, None);
         stopped.vmi_running = false;
-        assert_eq!(migration_step(&stopped).reason.as_deref(), Some("the VMI is not running"));
+        assert_eq!(
+            migration_step(&stopped).reason.as_deref(),
+            Some("the VMI is not running")
+        );
         let mut bridged = obs(Pending, None, None);
         bridged.not_migratable = Some("bridge on the pod network".into());
         let step = migration_step(&bridged);
@@ -480,7 +515,10 @@ mod tests {
     #[test]
     fn a_deleted_migration_aborts() {
         let mut state = MigrationState::default();
-        assert_eq!(orphaned_state_step(&state, true), OrphanedStateStep::AbortUnstarted);
+        assert_eq!(
+            orphaned_state_step(&state, true),
+            OrphanedStateStep::AbortUnstarted
+        );
         state.start_timestamp = Some("t".into());
         assert_eq!(orphaned_state_step(&state, true), OrphanedStateStep::RequestAbort);
         state.abort_requested = true;
@@ -517,6 +555,9 @@ mod tests {
         assert_eq!(status.phase_transition_timestamps.len(), 2);
         let json = serde_json::to_value(&status).unwrap();
         assert_eq!(json["phaseTransitionTimestamps"][1]["phase"], "Scheduling");
-        assert_eq!(json["phaseTransitionTimestamps"][1]["phaseTransitionTimestamp"], "t2");
+        assert_eq!(
+            json["phaseTransitionTimestamps"][1]["phaseTransitionTimestamp"],
+            "t2"
+        );
     }
 }

@@ -26,7 +26,10 @@ fn wait<T>(what: &str, secs: u64, mut probe: impl FnMut() -> Option<T>) -> T {
         if let Some(v) = probe() {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {secs}s waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {secs}s waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -195,6 +198,7 @@ fn migrate_and_check(state: &Path, to: Option<&str>) -> Figures {
     let resets_before = lines(&serial_log(state, "vm2"), "WEFT-STREAM closed").len();
     let claim_before = json(state, &["get", "ipamclaim", "vm1.data", "-o", "json"])["status"]["ips"].clone();
 
+    let vm2_up_at_start = uptime(&serial_log(state, "vm2")).map(|u| u.0);
     let started = Instant::now();
     let name = match to {
         Some(node) => migrate(state, &["vm1", "--to", node]),
@@ -202,6 +206,11 @@ fn migrate_and_check(state: &Path, to: Option<&str>) -> Figures {
     };
     let done = wait_phase(state, &name, "Succeeded", 180);
     let total = started.elapsed();
+    let vm2_up_at_end = uptime(&serial_log(state, "vm2")).map(|u| u.0);
+    eprintln!(
+        "migration {name}: vm2 uptime {vm2_up_at_start:?} .. {vm2_up_at_end:?}; {}",
+        done["status"]
+    );
 
     // Every phase in order, once each.
     let phases: Vec<&str> = done["status"]["phaseTransitionTimestamps"]
@@ -244,7 +253,10 @@ fn migrate_and_check(state: &Path, to: Option<&str>) -> Figures {
     if let Some(to) = to {
         assert_eq!(node, to);
     }
-    assert_eq!((ip_after.as_str(), mac_after.as_str()), (ip.as_str(), mac.as_str()));
+    assert_eq!(
+        (ip_after.as_str(), mac_after.as_str()),
+        (ip.as_str(), mac.as_str())
+    );
     let vmi = json(state, &["get", "vmi", "vm1", "-o", "json"]);
     assert_eq!(vmi["status"]["migrationState"]["targetNode"], node.as_str());
     assert_eq!(
@@ -268,7 +280,10 @@ fn migrate_and_check(state: &Path, to: Option<&str>) -> Figures {
         stream(&serial_log(state, "vm1")).filter(|(r, _)| *r >= recv_before + 40)
     });
     assert_eq!(bad, bad_before, "lines lost or reordered: {recv} received");
-    assert!(lines(&serial_log(state, "vm1"), "WEFT-STREAM end").is_empty(), "the stream ended");
+    assert!(
+        lines(&serial_log(state, "vm1"), "WEFT-STREAM end").is_empty(),
+        "the stream ended"
+    );
     let resets = lines(&serial_log(state, "vm2"), "WEFT-STREAM closed").len() - resets_before;
     assert_eq!(resets, 0, "vm2's stream was reset");
 
@@ -277,6 +292,17 @@ fn migrate_and_check(state: &Path, to: Option<&str>) -> Figures {
         let all = pings(&serial_log(state, "vm2"));
         (all.len() >= pings_before + 3).then_some(all)
     });
+    // Where the long gaps were, on vm2's clock (for the record when one is too long).
+    let mut clock = 0.0;
+    for line in serial_log(state, "vm2").lines() {
+        if let Some((up, _)) = uptime(line) {
+            clock = up;
+        } else if let Some(gap) = lines(line, "WEFT-PING ").first().and_then(|l| field(l, "maxgap"))
+            && gap > 5
+        {
+            eprintln!("vm2 at uptime {clock}: {gap} pings lost in a row");
+        }
+    }
     let longest = after[pings_before.saturating_sub(1)..]
         .iter()
         .map(|(_, gap)| *gap)
@@ -319,7 +345,11 @@ fn two_vms(state: &Path) {
         "02:00:00:0a:00:02",
         &format!("pingflood={ip} streamto={ip}:5000 uptime=1"),
     );
-    assert!(weft(state, &["apply", "-f", vm2.to_str().unwrap()]).status.success());
+    assert!(
+        weft(state, &["apply", "-f", vm2.to_str().unwrap()])
+            .status
+            .success()
+    );
     let (node2, _, _) = wait("vm2 running", 240, || placement(state, "vm2"));
     assert_eq!(node2, "node2");
     wait("vm2 pinging vm1 and streaming to it", 240, || {
@@ -333,7 +363,9 @@ fn with_cluster(test: &str, body: impl FnOnce(&Path) + std::panic::UnwindSafe) {
     if !root_or_skip(test) {
         return;
     }
-    let qemu = std::process::Command::new("qemu-system-x86_64").arg("--version").output();
+    let qemu = std::process::Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .output();
     if qemu.is_err() && !weft_testing::skip(test, "qemu-system-x86_64 is missing (scripts/install-deps.sh)") {
         return;
     }
@@ -361,7 +393,11 @@ fn logs(state: &Path) -> String {
             } else if p.extension().is_some_and(|e| e == "log") {
                 let text = std::fs::read_to_string(&p).unwrap_or_default();
                 let tail: Vec<&str> = text.lines().rev().take(30).collect();
-                out += &format!("--- {}\n{}\n", p.display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+                out += &format!(
+                    "--- {}\n{}\n",
+                    p.display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
             }
         }
     }
@@ -371,22 +407,51 @@ fn logs(state: &Path) -> String {
 #[test]
 #[ignore = "needs root: scripts/test.sh runs it as root"]
 fn exclusive_a_running_guest_migrates_there_and_back_without_a_reboot() {
-    with_cluster("exclusive_a_running_guest_migrates_there_and_back_without_a_reboot", |state| {
+    with_cluster(
+        "exclusive_a_running_guest_migrates_there_and_back_without_a_reboot",
+        |state| {
+            two_vms(state);
+            let there = migrate_and_check(state, Some("node2"));
+            eprintln!("node1 → node2: {there:?}");
+            let back = migrate_and_check(state, None);
+            eprintln!("node2 → node1: {back:?}");
+            let listed = weft(state, &["get", "vmim"]);
+            let table = String::from_utf8_lossy(&listed.stdout).to_string();
+            assert_eq!(table.matches("Succeeded").count(), 2, "{table}");
+            assert!(table.contains("vm1"), "{table}");
+            for figures in [&there, &back] {
+                assert_eq!(figures.resets, 0);
+                // The figures the benchmark records are tighter; under a loaded CI machine the
+                // pings only must not stop for seconds.
+                assert!(figures.longest_ping_gap_ms < 3000, "{figures:?}");
+                assert!(figures.qemu_downtime_ms < 3000, "{figures:?}");
+                assert!(figures.transferred > 0 && figures.total > Duration::ZERO);
+            }
+        },
+    );
+}
+
+/// The benchmark of docs/benchmarks.md: `WEFT_MIGRATION_RUNS` (default 4) migrations of vm1
+/// back and forth under vm2's pings and stream, one figures line each.
+#[test]
+#[ignore = "needs root: a benchmark, run by hand (docs/benchmarks.md)"]
+fn benchmark_live_migration_of_the_example_vm() {
+    with_cluster("benchmark_live_migration_of_the_example_vm", |state| {
         two_vms(state);
-        let there = migrate_and_check(state, Some("node2"));
-        eprintln!("node1 → node2: {there:?}");
-        let back = migrate_and_check(state, None);
-        eprintln!("node2 → node1: {back:?}");
-        let listed = weft(state, &["get", "vmim"]);
-        let table = String::from_utf8_lossy(&listed.stdout).to_string();
-        assert_eq!(table.matches("Succeeded").count(), 2, "{table}");
-        assert!(table.contains("vm1"), "{table}");
-        for figures in [&there, &back] {
-            assert_eq!(figures.resets, 0);
-            // The figures the benchmark records are tighter; under a loaded CI machine the
-            // pings only must not stop for seconds.
-            assert!(figures.longest_ping_gap_ms < 3000, "{figures:?}");
-            assert!(figures.qemu_downtime_ms < 3000, "{figures:?}");
+        let runs: usize = std::env::var("WEFT_MIGRATION_RUNS")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(4);
+        for run in 1..=runs {
+            let f = migrate_and_check(state, None);
+            println!(
+                "run {run}: total {:.2} s, longest ping gap {} ms, QEMU downtime {} ms, {:.1} MiB transferred, {} TCP resets",
+                f.total.as_secs_f64(),
+                f.longest_ping_gap_ms,
+                f.qemu_downtime_ms,
+                f.transferred as f64 / (1 << 20) as f64,
+                f.resets
+            );
         }
     });
 }

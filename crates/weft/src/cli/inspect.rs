@@ -298,10 +298,16 @@ pub async fn migrate(
         })
         .collect();
     if cancel {
-        anyhow::ensure!(!open.is_empty(), "VirtualMachineInstance {namespace}/{name} is not migrating");
+        anyhow::ensure!(
+            !open.is_empty(),
+            "VirtualMachineInstance {namespace}/{name} is not migrating"
+        );
         for m in &open {
             api.delete(&m.metadata.name).await?;
-            println!("VirtualMachineInstanceMigration {namespace}/{} deleted (migration cancelled)", m.metadata.name);
+            println!(
+                "VirtualMachineInstanceMigration {namespace}/{} deleted (migration cancelled)",
+                m.metadata.name
+            );
         }
         return Ok(0);
     }
@@ -318,9 +324,10 @@ pub async fn migrate(
     );
     let mut vmim = crate::controller::migration::new_migration(namespace, name, "kubevirt-migrate-vm-");
     if let Some(node) = to {
-        vmim.spec
-            .added_node_selector
-            .insert(crate::controller::launcher_pod::HOSTNAME_LABEL.into(), node.into());
+        vmim.spec.added_node_selector.insert(
+            crate::controller::launcher_pod::HOSTNAME_LABEL.into(),
+            node.into(),
+        );
     }
     let created = api.create(&vmim).await?;
     println!(

@@ -46,7 +46,13 @@ async fn migrations_of(
             .filter(|m| m.spec.vmi_name == vmi.metadata.name && m.metadata.deletion_timestamp.is_none())
             .collect();
     all.sort_by_key(|m| {
-        let rv: u64 = m.metadata.resource_version.as_deref().unwrap_or("0").parse().unwrap_or(0);
+        let rv: u64 = m
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or("0")
+            .parse()
+            .unwrap_or(0);
         (m.metadata.creation_timestamp.clone(), rv)
     });
     Ok(all)
@@ -57,7 +63,11 @@ fn phase_of(vmim: &VirtualMachineInstanceMigration) -> Option<MigrationPhase> {
 }
 
 /// Drive the VMI's migrations one step. Returns true while one is in progress.
-pub async fn step(store: &Arc<dyn Store>, vmi: &VirtualMachineInstance, pods: &[&Pod]) -> anyhow::Result<bool> {
+pub async fn step(
+    store: &Arc<dyn Store>,
+    vmi: &VirtualMachineInstance,
+    pods: &[&Pod],
+) -> anyhow::Result<bool> {
     let migrations = migrations_of(store, vmi).await?;
     let state = vmim::vmi_migration_state(vmi);
     let target_of = |uid: &str| {
@@ -110,7 +120,10 @@ pub async fn step(store: &Arc<dyn Store>, vmi: &VirtualMachineInstance, pods: &[
             return Ok(true);
         }
     }
-    let Some(vmim) = migrations.iter().find(|m| !phase_of(m).is_some_and(MigrationPhase::is_final)) else {
+    let Some(vmim) = migrations
+        .iter()
+        .find(|m| !phase_of(m).is_some_and(MigrationPhase::is_final))
+    else {
         return Ok(false);
     };
     let uid = vmim.metadata.uid.clone().unwrap_or_default();
@@ -313,7 +326,9 @@ async fn hand_over(
     let ns = vmi.namespace().to_string();
     let pods_api = Api::<Pod>::namespaced(store.clone(), &ns);
     pods_api
-        .modify(&target.metadata.name, |p| p.metadata.labels.remove(TARGET_LABEL).is_some())
+        .modify(&target.metadata.name, |p| {
+            p.metadata.labels.remove(TARGET_LABEL).is_some()
+        })
         .await?;
     if let Err(e) = pods_api.delete(&state.source_pod).await
         && !e.is_not_found()
@@ -327,7 +342,9 @@ async fn hand_over(
             let before = status.clone();
             status.node_name = to.clone();
             // The target has the networks the VMI asks for: no migration is required any more.
-            status.conditions.retain(|c| c.type_ != weft_vm::migration::MIGRATION_REQUIRED);
+            status
+                .conditions
+                .retain(|c| c.type_ != weft_vm::migration::MIGRATION_REQUIRED);
             *status != before
         })
         .await?;
@@ -339,7 +356,10 @@ async fn delete_pod(store: &Arc<dyn Store>, pod: &Pod) -> anyhow::Result<()> {
         return Ok(());
     }
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
-    match Api::<Pod>::namespaced(store.clone(), &ns).delete(&pod.metadata.name).await {
+    match Api::<Pod>::namespaced(store.clone(), &ns)
+        .delete(&pod.metadata.name)
+        .await
+    {
         Err(e) if !e.is_not_found() => Err(e.into()),
         _ => Ok(()),
     }
@@ -366,7 +386,10 @@ async fn update_state(
 /// KubeVirt's workload updater with `workloadUpdateMethods: [LiveMigrate]`: a running VMI
 /// whose `MigrationRequired` condition is `True` (the migration evaluator's decision) and that
 /// has no migration in progress gets one.
-pub async fn ensure_required_migration(store: &Arc<dyn Store>, vmi: &VirtualMachineInstance) -> anyhow::Result<()> {
+pub async fn ensure_required_migration(
+    store: &Arc<dyn Store>,
+    vmi: &VirtualMachineInstance,
+) -> anyhow::Result<()> {
     let required = weft_vm::migration::migration_required_condition(vmi).is_some_and(|c| c.status == "True");
     if !required {
         return Ok(());
@@ -379,7 +402,9 @@ pub async fn ensure_required_migration(store: &Arc<dyn Store>, vmi: &VirtualMach
         return Ok(());
     }
     let mut vmim = new_migration(vmi.namespace(), &vmi.metadata.name, "kubevirt-workload-update-");
-    vmim.metadata.labels.insert(WORKLOAD_UPDATE_LABEL.into(), String::new());
+    vmim.metadata
+        .labels
+        .insert(WORKLOAD_UPDATE_LABEL.into(), String::new());
     Api::<VirtualMachineInstanceMigration>::namespaced(store.clone(), vmi.namespace())
         .create(&vmim)
         .await?;

@@ -25,10 +25,12 @@ pub fn check_words(vmi: &VirtualMachineInstance) -> Vec<String> {
         .unwrap_or("")
         .split_whitespace()
         .filter_map(|word| word.split_once('='))
-        .filter(|(kind, target)| matches!(
-            *kind,
-            "ping" | "wget" | "httpd" | "uptime" | "pingflood" | "streamfrom" | "streamto"
-        ) && !target.is_empty())
+        .filter(|(kind, target)| {
+            matches!(
+                *kind,
+                "ping" | "wget" | "httpd" | "uptime" | "pingflood" | "streamfrom" | "streamto"
+            ) && !target.is_empty()
+        })
         .map(|(kind, target)| format!("weft.{kind}={target}"))
         .collect()
 }
@@ -71,7 +73,11 @@ pub fn spec_for(
     // least one here so a VM with many NICs can still take one more).
     spec.hotplug_slots = HOTPLUG_SLOTS.saturating_sub(nics.len() as u8).max(1);
     // A migration target: the same devices, waiting for the source's state.
-    if vmi.metadata.annotation(crate::local::migration::INCOMING_ANNOTATION).is_some() {
+    if vmi
+        .metadata
+        .annotation(crate::local::migration::INCOMING_ANNOTATION)
+        .is_some()
+    {
         spec.incoming = true;
         spec.serial_append = true;
     }

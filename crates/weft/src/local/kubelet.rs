@@ -84,8 +84,14 @@ pub async fn run(agent: Arc<Agent>, mut stop: tokio::sync::watch::Receiver<bool>
         for run in running.values_mut() {
             // A migration target reports nothing (and plugs nothing) until it takes over.
             let (namespace, name) = (run.namespace.clone(), run.name.clone());
-            if crate::local::migration::step(&agent, &namespace, &name, run.launcher.as_mut(), &mut run.migration)
-                .await
+            if crate::local::migration::step(
+                &agent,
+                &namespace,
+                &name,
+                run.launcher.as_mut(),
+                &mut run.migration,
+            )
+            .await
             {
                 continue;
             }

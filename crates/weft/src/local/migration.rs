@@ -91,7 +91,12 @@ pub fn target_vmi(agent: &Agent, pod: &Pod, vmi: VirtualMachineInstance) -> Virt
         .filter(|s| !s.mac.is_empty())
         .map(|s| (s.name.clone(), s.mac.clone()))
         .collect();
-    for interface in vmi.spec.interfaces_mut().iter_mut().filter(|i| i.mac_address.is_empty()) {
+    for interface in vmi
+        .spec
+        .interfaces_mut()
+        .iter_mut()
+        .filter(|i| i.mac_address.is_empty())
+    {
         if let Some((_, mac)) = macs.iter().find(|(name, _)| *name == interface.name) {
             interface.mac_address = mac.clone();
         }
@@ -125,8 +130,9 @@ pub fn seed_serial_log(vmi: &VirtualMachineInstance, serial_log: &Path) -> anyho
         return Ok(());
     };
     match std::fs::read(seed) {
-        Ok(bytes) => std::fs::write(serial_log, bytes)
-            .with_context(|| format!("write {}", serial_log.display()))?,
+        Ok(bytes) => {
+            std::fs::write(serial_log, bytes).with_context(|| format!("write {}", serial_log.display()))?
+        }
         Err(e) => tracing::warn!(seed, "migration target: the source's serial log: {e}"),
     }
     Ok(())
@@ -144,7 +150,10 @@ pub async fn step(
     let Some(launcher) = launcher else {
         return false;
     };
-    let pod = match Api::<Pod>::namespaced(agent.store.clone(), namespace).get(name).await {
+    let pod = match Api::<Pod>::namespaced(agent.store.clone(), namespace)
+        .get(name)
+        .await
+    {
         Ok(Some(pod)) => pod,
         _ => return false,
     };
@@ -273,7 +282,10 @@ fn listen_for_incoming(
     let _ = std::fs::remove_file(incoming);
     let mut client = QmpClient::connect(qmp).context("the target QEMU's QMP")?;
     client
-        .execute(&migrate::migrate_incoming(&format!("unix:{}", incoming.display())))
+        .execute(&migrate::migrate_incoming(&format!(
+            "unix:{}",
+            incoming.display()
+        )))
         .context("migrate-incoming")?;
     let (proxy, address) = Proxy::target(SocketAddr::new(here, 0), source, incoming)?;
     Ok((Some(proxy), address))
@@ -294,7 +306,9 @@ fn resume_and_announce(qmp: Option<&Path>) -> anyhow::Result<bool> {
         }
         _ => return Ok(false),
     }
-    client.execute(&migrate::announce_self()).context("announce-self")?;
+    client
+        .execute(&migrate::announce_self())
+        .context("announce-self")?;
     Ok(true)
 }
 
@@ -344,7 +358,11 @@ async fn source_step(
             .context("migrationState.targetNodeAddress")?;
         let bandwidth = find_migration(agent, &ns, &uid)
             .await?
-            .and_then(|m| m.metadata.annotation(BANDWIDTH_ANNOTATION).and_then(|b| b.parse().ok()))
+            .and_then(|m| {
+                m.metadata
+                    .annotation(BANDWIDTH_ANNOTATION)
+                    .and_then(|b| b.parse().ok())
+            })
             .unwrap_or(migrate::MAX_BANDWIDTH);
         let cancel = Arc::new(AtomicBool::new(false));
         let progress = Arc::new(Mutex::new(MigrationProgress::default()));
@@ -475,7 +493,9 @@ fn drive(
             Outcome::Failed {
                 reason: match (&last.error, reached) {
                     (Some(error), true) => error.clone(),
-                    (Some(error), false) => format!("the target node's migration proxy was not reached: {error}"),
+                    (Some(error), false) => {
+                        format!("the target node's migration proxy was not reached: {error}")
+                    }
                     (None, _) => format!("the migration was {status}"),
                 },
                 aborted: cancelled || status == "cancelled",

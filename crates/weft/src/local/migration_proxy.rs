@@ -113,7 +113,11 @@ impl Proxy {
     /// The target side: listen on TCP `bind` (the node's underlay address), accept a
     /// connection from `allowed_peer` only (others are closed at once) and relay it to the
     /// target QEMU's incoming Unix socket `qemu`. Returns the proxy and the address it listens on.
-    pub fn target(bind: SocketAddr, allowed_peer: IpAddr, qemu: &Path) -> Result<(Self, SocketAddr), ProxyError> {
+    pub fn target(
+        bind: SocketAddr,
+        allowed_peer: IpAddr,
+        qemu: &Path,
+    ) -> Result<(Self, SocketAddr), ProxyError> {
         let listener = TcpListener::bind(bind).map_err(|source| ProxyError::Listen {
             what: bind.to_string(),
             source,
@@ -178,7 +182,14 @@ impl Proxy {
     }
 
     #[allow(clippy::type_complexity)]
-    fn shared(&self) -> (Arc<AtomicBool>, Arc<Mutex<Vec<End>>>, Arc<AtomicU64>, Arc<AtomicBool>) {
+    fn shared(
+        &self,
+    ) -> (
+        Arc<AtomicBool>,
+        Arc<Mutex<Vec<End>>>,
+        Arc<AtomicU64>,
+        Arc<AtomicBool>,
+    ) {
         (
             self.stop.clone(),
             self.ends.clone(),
@@ -308,8 +319,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let incoming = dir.path().join("incoming.sock");
         let qemu_target = UnixListener::bind(&incoming).unwrap();
-        let (target, addr) =
-            Proxy::target("127.0.0.1:0".parse().unwrap(), "127.0.0.1".parse().unwrap(), &incoming).unwrap();
+        let (target, addr) = Proxy::target(
+            "127.0.0.1:0".parse().unwrap(),
+            "127.0.0.1".parse().unwrap(),
+            &incoming,
+        )
+        .unwrap();
         let outgoing = dir.path().join("migration.sock");
         let source = Proxy::source(&outgoing, addr).unwrap();
         let mut qemu_source = UnixStream::connect(&outgoing).unwrap();
@@ -339,8 +354,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let incoming = dir.path().join("incoming.sock");
         let _qemu = UnixListener::bind(&incoming).unwrap();
-        let (target, addr) =
-            Proxy::target("127.0.0.1:0".parse().unwrap(), "192.0.2.1".parse().unwrap(), &incoming).unwrap();
+        let (target, addr) = Proxy::target(
+            "127.0.0.1:0".parse().unwrap(),
+            "192.0.2.1".parse().unwrap(),
+            &incoming,
+        )
+        .unwrap();
         let mut stranger = TcpStream::connect(addr).unwrap();
         stranger.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut buf = [0u8; 1];
