@@ -455,3 +455,170 @@ fn benchmark_live_migration_of_the_example_vm() {
         }
     });
 }
+
+/// What must be back as it was after a failed migration: the network namespaces, the QEMU
+/// processes of this cluster, the IP reservations.
+fn host_view(state: &Path) -> (String, usize, String) {
+    let netns = String::from_utf8_lossy(
+        &std::process::Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .lines()
+    .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+    .filter(|n| n.contains("pod"))
+    .collect::<Vec<_>>()
+    .join(" ");
+    let marker = state.display().to_string();
+    let qemus = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| {
+            let c = String::from_utf8_lossy(c);
+            c.starts_with("qemu-system") && c.contains(&marker)
+        })
+        .count();
+    let ipam = String::from_utf8_lossy(&weft(state, &["ipam", "list"]).stdout).to_string();
+    (netns, qemus, ipam)
+}
+
+/// After a failed migration: only the source pod is left, the host is as before, and the
+/// source guest runs on (same boot id, uptime going on).
+fn source_untouched(state: &Path, before: &(String, usize, String), boot_id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !(launcher_pods(state, "vm1").len() == 1 && host_view(state) == *before) {
+        assert!(
+            Instant::now() < deadline,
+            "not as before after 90 s: pods {:?}\nbefore {before:?}\nnow {:?}",
+            launcher_pods(state, "vm1"),
+            host_view(state)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (node, _, _) = placement(state, "vm1").expect("vm1 runs");
+    assert_eq!(node, "node1");
+    let (up, _) = uptime(&serial_log(state, "vm1")).unwrap();
+    wait("vm1 running on", 60, || {
+        let (now, id) = uptime(&serial_log(state, "vm1"))?;
+        assert_eq!(id, boot_id, "the source guest rebooted");
+        (now > up + 1.0).then_some(())
+    });
+}
+
+fn failure_reason(m: &Value) -> String {
+    m["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Failed"))
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// A slow migration (the transfer capped at 2 MiB/s) created from a manifest, and the
+/// moment its transfer is under way (progress `active`, bytes sent).
+fn slow_migration(state: &Path, name: &str) {
+    let file = state.join(format!("{name}.yaml"));
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstanceMigration\nmetadata:\n  name: {name}\n  \
+             namespace: default\n  annotations:\n    weft.dev/migration-bandwidth: \"2097152\"\nspec:\n  vmiName: vm1\n"
+        ),
+    )
+    .unwrap();
+    let out = weft(state, &["apply", "-f", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    wait(&format!("{name} transferring"), 120, || {
+        let m = vmim(state, name);
+        let progress: Value =
+            serde_json::from_str(m["metadata"]["annotations"]["weft.dev/migration-progress"].as_str()?)
+                .ok()?;
+        (progress["status"] == "active" && progress["transferredBytes"].as_u64()? > 0).then_some(())
+    });
+}
+
+#[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
+fn exclusive_failed_migrations_leave_the_source_running_and_nothing_behind() {
+    with_cluster(
+        "exclusive_failed_migrations_leave_the_source_running_and_nothing_behind",
+        |state| {
+            let vm1 = vm_manifest(state, "vm1", "02:00:00:0a:00:01", "uptime=1");
+            let nad = examples().join("nad-data.yaml");
+            let up = weft(
+                state,
+                &[
+                    "up",
+                    "--nodes",
+                    "2",
+                    "--timeout",
+                    "240",
+                    "-f",
+                    nad.to_str().unwrap(),
+                    "-f",
+                    vm1.to_str().unwrap(),
+                ],
+            );
+            assert!(up.status.success(), "{}", text(&up));
+            wait("vm1 running", 120, || placement(state, "vm1"));
+            let (_, boot_id) = wait("vm1 reporting", 120, || uptime(&serial_log(state, "vm1")));
+            let before = host_view(state);
+            assert_eq!(before.1, 1, "one QEMU: {before:?}");
+
+            // 1. The target cannot be scheduled: no such node.
+            let name = migrate(state, &["vm1", "--to", "node9"]);
+            let failed = wait_phase(state, &name, "Failed", 60);
+            assert!(failure_reason(&failed).contains("node9"), "{}", failed["status"]);
+            eprintln!("no such node: {}", failure_reason(&failed));
+            source_untouched(state, &before, &boot_id);
+
+            // 2. The target QEMU is killed mid-transfer.
+            slow_migration(state, "killed-target");
+            let (target, node, _) = launcher_pods(state, "vm1")
+                .into_iter()
+                .find(|(_, _, labels)| labels.get("kubevirt.io/migrationJobUID").is_some())
+                .expect("a target pod");
+            let pidfile = state
+                .join("nodes")
+                .join(&node)
+                .join("pods")
+                .join(format!("default_{target}"))
+                .join("vm1.pid");
+            let pid = std::fs::read_to_string(&pidfile).unwrap().trim().to_string();
+            assert!(
+                std::process::Command::new("kill")
+                    .args(["-9", &pid])
+                    .status()
+                    .unwrap()
+                    .success()
+            );
+            let failed = wait_phase(state, "killed-target", "Failed", 90);
+            assert!(!failure_reason(&failed).is_empty(), "{}", failed["status"]);
+            eprintln!("target QEMU killed: {}", failure_reason(&failed));
+            source_untouched(state, &before, &boot_id);
+
+            // 3. A cancel mid-transfer: the migration object is deleted, the source cancels.
+            slow_migration(state, "cancelled");
+            let out = weft(state, &["migrate", "--cancel", "vm1"]);
+            assert!(out.status.success(), "{}", text(&out));
+            wait("the abort handled", 90, || {
+                let v = json(state, &["get", "vmi", "vm1", "-o", "json"]);
+                let s = &v["status"]["migrationState"];
+                (s["failed"] == true && s["abortRequested"] == true && s["abortStatus"] == "Succeeded")
+                    .then_some(())
+            });
+            assert!(
+                !weft(state, &["get", "vmim", "cancelled"]).status.success(),
+                "deleted"
+            );
+            eprintln!(
+                "cancelled: {}",
+                json(state, &["get", "vmi", "vm1", "-o", "json"])["status"]["migrationState"]
+            );
+            source_untouched(state, &before, &boot_id);
+        },
+    );
+}
