@@ -175,9 +175,6 @@ pub fn resolve_kind(name: &str) -> anyhow::Result<ResourceType> {
         "event" | "events" | "ev" => "Event",
         "kubevirt" | "kubevirts" | "kv" => "KubeVirt",
         "ipreservation" | "ipreservations" => weft_ipam::IpReservation::KIND,
-        "vmim" | "vmims" | "virtualmachineinstancemigration" | "virtualmachineinstancemigrations" => {
-            "VirtualMachineInstanceMigration"
-        }
         _ => anyhow::bail!(
             "the server doesn't have a resource type {name:?} (known: vm, vmi, vmim, pod, node, nad, ipamclaim, event, ipreservation, kubevirt)"
         ),

@@ -2,7 +2,7 @@
 //! KubeVirt's field names.
 
 use serde::{Deserialize, Serialize};
-use weft_store::{ObjectMeta, Resource};
+use weft_object::{ObjectMeta, Resource};
 
 use super::vmi::Extra;
 

@@ -287,7 +287,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Delete(args) => get::delete(&state, args, &scope).await,
         Command::Start { name } => inspect::set_running(&state, &name, namespace, true).await,
         Command::Stop { name } => inspect::set_running(&state, &name, namespace, false).await,
-        Command::Migrate { name, to, cancel } => inspect::migrate(&state, &name, to.as_deref(), cancel, namespace).await,
+        Command::Migrate { name, to, cancel } => {
+            inspect::migrate(&state, &name, to.as_deref(), cancel, namespace).await
+        }
         Command::Vm(VmCommand::Render { file }) => inspect::vm_render(&file),
         Command::Net(NetCommand::Parse { annotation }) => inspect::net_parse(namespace, &annotation),
         Command::Net(NetCommand::Status { pod }) => inspect::net_status(&state, &pod, namespace).await,
