@@ -259,6 +259,27 @@ fn migrate_and_check(state: &Path, to: Option<&str>) -> Figures {
     );
     let vmi = json(state, &["get", "vmi", "vm1", "-o", "json"]);
     assert_eq!(vmi["status"]["migrationState"]["targetNode"], node.as_str());
+    // The target pod's kernel speaks again (its quiet tables went when the guest resumed).
+    let (pod, _, _) = launcher_pods(state, "vm1").remove(0);
+    let suffix = format!("pod-default-{pod}");
+    let netns = wait("the pod netns of vm1's pod", 10, || {
+        let list = std::process::Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&list.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .find(|n| n.ends_with(&suffix))
+            .map(String::from)
+    });
+    let tables = std::process::Command::new("ip")
+        .args(["netns", "exec", &netns, "nft", "list", "tables"])
+        .output()
+        .unwrap();
+    assert!(tables.status.success(), "nft list tables in {netns}");
+    let tables = String::from_utf8_lossy(&tables.stdout).to_string();
+    assert!(!tables.contains("weft-migration-quiet"), "{netns}: {tables}");
     assert_eq!(
         json(state, &["get", "ipamclaim", "vm1.data", "-o", "json"])["status"]["ips"],
         claim_before,

@@ -252,7 +252,8 @@ async fn target_step(
     }
     // The source says the state is across: the guest runs here once QEMU resumed it.
     let qmp = launcher.guest.as_ref().map(|g| g.spec().qmp_socket());
-    let running = crate::local::blocking(move || resume_and_announce(qmp.as_deref())).await??;
+    let netns = launcher.netns_path.clone();
+    let running = crate::local::blocking(move || resume_and_announce(qmp.as_deref(), &netns)).await??;
     if !running {
         return Ok(());
     }
@@ -291,10 +292,12 @@ fn listen_for_incoming(
     Ok((Some(proxy), address))
 }
 
-/// Whether the target guest runs; once it does, `announce-self`. A paused target (it should
-/// not be: QEMU resumes after the incoming state unless started with `-S`) gets `cont`.
-fn resume_and_announce(qmp: Option<&Path>) -> anyhow::Result<bool> {
+/// Whether the target guest runs; once it does, the pod's quiet tables go and then
+/// `announce-self`. A paused target (it should not be: QEMU resumes after the incoming state
+/// unless started with `-S`) gets `cont`.
+fn resume_and_announce(qmp: Option<&Path>, netns_path: &str) -> anyhow::Result<bool> {
     let Some(qmp) = qmp else {
+        crate::local::migration_quiet::remove(netns_path)?;
         return Ok(true);
     };
     let mut client = QmpClient::connect(qmp).context("the target QEMU's QMP")?;
@@ -306,6 +309,7 @@ fn resume_and_announce(qmp: Option<&Path>) -> anyhow::Result<bool> {
         }
         _ => return Ok(false),
     }
+    crate::local::migration_quiet::remove(netns_path)?;
     client
         .execute(&migrate::announce_self())
         .context("announce-self")?;
@@ -452,6 +456,13 @@ fn drive(
         Ok(client) => client,
         Err(e) => return fail(format!("the source QEMU's QMP: {e}")),
     };
+    // The target pod is wired: whatever its CNI ADD sent with the guest's addresses (a
+    // gratuitous ARP over a packet socket passes the quiet tables) is undone by the running
+    // source guest announcing itself (GARP and unsolicited NA from the guest, RARP from QEMU),
+    // so the peers' caches and the bridges' FDBs point at the source until the switch-over.
+    if let Err(e) = client.execute(&migrate::announce_self()) {
+        tracing::warn!("announce-self on the source: {e}");
+    }
     let started = client
         .execute(&migrate::set_parameters(migrate::DOWNTIME_LIMIT_MS, bandwidth))
         .and_then(|_| client.execute(&migrate::migrate(&format!("unix:{}", socket.display()))));

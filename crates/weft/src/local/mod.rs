@@ -9,6 +9,7 @@ pub mod kubelet;
 mod launcher;
 pub mod migration;
 pub mod migration_proxy;
+pub mod migration_quiet;
 mod network;
 mod passt;
 pub mod processes;
