@@ -178,9 +178,8 @@ pub fn migration_step(obs: &MigrationObservation) -> MigrationStep {
         reason: None,
         actions: MigrationActions::default(),
     };
-    let Some(current) = obs.phase else {
-        return stay(MigrationPhase::Pending);
-    };
+    // A new migration is Pending and goes on in the same pass (its target is created now).
+    let current = obs.phase.unwrap_or(MigrationPhase::Pending);
     if current.is_final() {
         // Failed: the target pod goes (again, until it is gone). Succeeded: nothing left.
         let mut step = stay(current);
@@ -247,11 +246,9 @@ pub fn migration_step(obs: &MigrationObservation) -> MigrationStep {
             target_exists,
         );
     }
-    let phase = if observed > current {
-        current.next()
-    } else {
-        current
-    };
+    // Straight to what is observed: every phase on the way is recorded ([`record_phases`]),
+    // and nothing external is awaited between them.
+    let phase = observed.max(current);
     let mut step = stay(phase);
     step.actions.hand_over = phase == MigrationPhase::Succeeded;
     step
@@ -334,6 +331,42 @@ pub fn pinned_target_node(vmim: &VirtualMachineInstanceMigration) -> Option<&str
         .map(String::as_str)
 }
 
+/// The phases a migration in phase `from` (`None`: new) passes through to reach `to`, in
+/// order, each recorded in `phaseTransitionTimestamps` as KubeVirt's controller walks them:
+/// `Pending` first for a new one, every phase in between, `Failed` straight from anywhere.
+pub fn phases_to(from: Option<MigrationPhase>, to: MigrationPhase) -> Vec<MigrationPhase> {
+    let mut phases = Vec::new();
+    let mut current = match from {
+        Some(phase) => phase,
+        None => {
+            phases.push(MigrationPhase::Pending);
+            MigrationPhase::Pending
+        }
+    };
+    if to == MigrationPhase::Failed {
+        if current != to {
+            phases.push(to);
+        }
+        return phases;
+    }
+    while current < to && !current.is_final() {
+        current = current.next();
+        phases.push(current);
+    }
+    phases
+}
+
+/// Record the transitions from `status`'s phase to `phase` at `now` ([`phases_to`]); false
+/// when already there.
+pub fn record_phases(status: &mut crate::api::MigrationStatus, phase: MigrationPhase, now: &str) -> bool {
+    let from = MigrationPhase::parse(&status.phase);
+    let mut changed = false;
+    for step in phases_to(from, phase) {
+        changed |= record_phase(status, step, now);
+    }
+    changed
+}
+
 /// Record the transition to `phase` at `now` in `status` (no-op when already there).
 pub fn record_phase(status: &mut crate::api::MigrationStatus, phase: MigrationPhase, now: &str) -> bool {
     if status.phase == phase.as_str() {
@@ -393,17 +426,20 @@ mod tests {
     }
 
     #[test]
-    fn a_new_migration_is_pending_then_creates_the_target() {
+    fn a_new_migration_creates_its_target_in_its_first_pass() {
         let mut new = obs(Pending, None, None);
         new.phase = None;
-        assert_eq!(migration_step(&new).phase, Pending);
+        let step = migration_step(&new);
+        assert_eq!(step.phase, Scheduling);
+        assert!(step.actions.create_target);
+        assert_eq!(phases_to(None, step.phase), vec![Pending, Scheduling]);
         let step = migration_step(&obs(Pending, None, None));
         assert_eq!(step.phase, Scheduling);
         assert!(step.actions.create_target);
     }
 
     #[test]
-    fn the_phases_walk_in_order_one_per_pass() {
+    fn a_pass_goes_as_far_as_observed_and_records_every_phase() {
         let mut state = MigrationState {
             migration_uid: "u".into(),
             ..Default::default()
@@ -411,7 +447,11 @@ mod tests {
         assert_eq!(walk(Scheduling, &state, "Pending"), vec![Scheduling]);
         assert_eq!(
             walk(Scheduling, &state, "Running"),
-            vec![Scheduling, Scheduled, PreparingTarget]
+            vec![Scheduling, PreparingTarget]
+        );
+        assert_eq!(
+            phases_to(Some(Scheduling), PreparingTarget),
+            vec![Scheduled, PreparingTarget]
         );
         state.target_node_address = "172.31.255.2".into();
         assert_eq!(
@@ -427,18 +467,36 @@ mod tests {
         let step = migration_step(&obs(Running, Some(&state), Some("Running")));
         assert_eq!(step.phase, Succeeded);
         assert!(step.actions.hand_over);
-        // Everything at once still walks every phase.
+        // Everything at once: one pass, every phase recorded in order.
+        assert_eq!(walk(Scheduling, &state, "Running"), vec![Scheduling, Succeeded]);
         assert_eq!(
-            walk(Scheduling, &state, "Running"),
-            vec![
-                Scheduling,
-                Scheduled,
-                PreparingTarget,
-                TargetReady,
-                Running,
-                Succeeded
+            phases_to(Some(Scheduling), Succeeded),
+            vec![Scheduled, PreparingTarget, TargetReady, Running, Succeeded]
+        );
+        let mut status = crate::api::MigrationStatus::default();
+        assert!(record_phases(&mut status, Succeeded, "t0"));
+        assert!(!record_phases(&mut status, Succeeded, "t1"));
+        let recorded: Vec<&str> = status
+            .phase_transition_timestamps
+            .iter()
+            .map(|t| t.phase.as_str())
+            .collect();
+        assert_eq!(
+            recorded,
+            [
+                "Pending",
+                "Scheduling",
+                "Scheduled",
+                "PreparingTarget",
+                "TargetReady",
+                "Running",
+                "Succeeded"
             ]
         );
+        // Failed straight from anywhere, once.
+        assert_eq!(phases_to(Some(TargetReady), Failed), vec![Failed]);
+        assert_eq!(phases_to(None, Failed), vec![Pending, Failed]);
+        assert_eq!(phases_to(Some(Failed), Failed), Vec::<MigrationPhase>::new());
         // Final phases stay.
         assert_eq!(
             migration_step(&obs(Succeeded, Some(&state), None)).phase,

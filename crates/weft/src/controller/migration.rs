@@ -218,7 +218,7 @@ async fn record(
     let result = api
         .modify_status(&vmim.metadata.name, |m| {
             let status = m.status.get_or_insert_with(Default::default);
-            let mut changed = vmim::record_phase(status, decision.phase, now);
+            let mut changed = vmim::record_phases(status, decision.phase, now);
             if let Some(reason) = &decision.reason
                 && !status.conditions.iter().any(|c| c.type_ == "Failed")
             {
@@ -425,5 +425,105 @@ pub fn new_migration(namespace: &str, vmi: &str, prefix: &str) -> VirtualMachine
             ..Default::default()
         },
         ..Default::default()
+    }
+}
+
+/// What moves a migration on, from one watch event: a migration created or deleted, a VMI's
+/// `migrationState` written (by the controller or a node agent), a target pod's phase. `seen`
+/// holds the last value per object, so other writes (status reports) wake nothing.
+#[derive(Default)]
+struct WakeFilter {
+    seen: BTreeMap<(String, String), String>,
+}
+
+impl WakeFilter {
+    /// Whether `key`'s value moved to `now` (`None`: deleted).
+    fn moved(&mut self, key: (String, String), now: Option<String>) -> bool {
+        match now {
+            Some(now) => self.seen.insert(key, now.clone()).as_ref() != Some(&now),
+            None => self.seen.remove(&key).is_some(),
+        }
+    }
+}
+
+fn key_of(meta: &weft_store::ObjectMeta) -> (String, String) {
+    (meta.namespace.clone().unwrap_or_default(), meta.name.clone())
+}
+
+/// Wake the controller (`wake`) whenever a migration can move on, so a migration takes one
+/// pass per external event instead of waiting for the next resync. Runs until the store's
+/// watches fail (the resync still converges then); re-watches after a second.
+pub async fn wake_on_migration_events(store: Arc<dyn Store>, wake: Arc<tokio::sync::Notify>) {
+    use futures::StreamExt as _;
+    use weft_store::TypedEvent;
+    loop {
+        let opts = ListOptions::default();
+        let vmims = Api::<VirtualMachineInstanceMigration>::all(store.clone())
+            .watch(&opts, None)
+            .await;
+        let vmis = Api::<VirtualMachineInstance>::all(store.clone())
+            .watch(&opts, None)
+            .await;
+        let pods = Api::<Pod>::all(store.clone()).watch(&opts, None).await;
+        let (Ok(mut vmims), Ok(mut vmis), Ok(mut pods)) = (vmims, vmis, pods) else {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            continue;
+        };
+        let (mut migrations, mut states, mut targets) = (
+            WakeFilter::default(),
+            WakeFilter::default(),
+            WakeFilter::default(),
+        );
+        loop {
+            let moved = tokio::select! {
+                event = vmims.next() => match event {
+                    Some(Ok(TypedEvent::Added(m) | TypedEvent::Modified(m))) => {
+                        let phase = m.status.as_ref().map(|s| s.phase.clone()).unwrap_or_default();
+                        migrations.moved(key_of(&m.metadata), Some(phase))
+                    }
+                    Some(Ok(TypedEvent::Deleted(m))) => migrations.moved(key_of(&m.metadata), None),
+                    _ => break,
+                },
+                event = vmis.next() => match event {
+                    Some(Ok(TypedEvent::Added(v) | TypedEvent::Modified(v))) => {
+                        let state = vmim::vmi_migration_state(&v)
+                            .and_then(|s| serde_json::to_string(&s).ok())
+                            .unwrap_or_default();
+                        states.moved(key_of(&v.metadata), Some(state))
+                    }
+                    Some(Ok(TypedEvent::Deleted(v))) => states.moved(key_of(&v.metadata), None),
+                    _ => break,
+                },
+                event = pods.next() => match event {
+                    Some(Ok(TypedEvent::Added(p) | TypedEvent::Modified(p))) => {
+                        let target = p.metadata.label(TARGET_LABEL).is_some();
+                        let now = target.then(|| p.status.phase.clone());
+                        targets.moved(key_of(&p.metadata), now)
+                    }
+                    Some(Ok(TypedEvent::Deleted(p))) => targets.moved(key_of(&p.metadata), None),
+                    _ => break,
+                },
+            };
+            if moved {
+                wake.notify_one();
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
+#[cfg(test)]
+mod wake_tests {
+    use super::WakeFilter;
+
+    #[test]
+    fn only_a_changed_value_wakes() {
+        let mut f = WakeFilter::default();
+        let key = || ("default".to_string(), "vm1".to_string());
+        assert!(f.moved(key(), Some("a".into())));
+        assert!(!f.moved(key(), Some("a".into())));
+        assert!(f.moved(key(), Some("b".into())));
+        assert!(f.moved(key(), None));
+        assert!(!f.moved(key(), None));
     }
 }

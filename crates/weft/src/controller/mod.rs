@@ -35,6 +35,8 @@ pub async fn run(state: &Path) -> anyhow::Result<i32> {
     let mut failures = LogThrottle::default();
     // Per object, a failure every pass (a 403, a 422) is logged once per interval too.
     let mut objects = KeyedThrottle::default();
+    let wake = Arc::new(tokio::sync::Notify::new());
+    tokio::spawn(migration::wake_on_migration_events(store.clone(), wake.clone()));
     loop {
         match reconcile(&store, &mut objects).await {
             Err(e) => {
@@ -56,6 +58,7 @@ pub async fn run(state: &Path) -> anyhow::Result<i32> {
         }
         tokio::select! {
             _ = tokio::time::sleep(RESYNC) => {}
+            _ = wake.notified() => {}
             _ = term.recv() => return Ok(0),
             _ = tokio::signal::ctrl_c() => return Ok(0),
         }
