@@ -141,7 +141,11 @@ mod tests {
         spec.incoming = true;
         spec.serial_append = true;
         let argv = spec.argv().join(" ");
-        assert!(argv.ends_with(" -incoming defer"), "{argv}");
+        // After the devices (same layout as the source), before the guest-agent channel.
+        assert!(
+            argv.contains(" -qmp unix:/run/weft/vm1/vm1.qmp,server=on,wait=off -incoming defer -device virtio-serial-pci"),
+            "{argv}"
+        );
         assert!(
             argv.contains(
                 "-chardev file,id=weft-serial,path=/run/weft/vm1/vm1.serial.log,append=on -serial chardev:weft-serial"
