@@ -136,12 +136,15 @@ pub async fn step(
         .and_then(|s| s.phase_transition_timestamps.last())
         .and_then(|t| t.phase_transition_timestamp.parse().ok());
     let running = vmi.status.as_ref().is_some_and(|s| s.phase == "Running");
+    // The KubeVirt CR's binding plugins: one declaring `migration` (passt's `link-refresh`)
+    // makes its VMIs migratable.
+    let config = super::config::load(store).await?;
     let observation = MigrationObservation {
         phase,
         since,
         now: jiff::Timestamp::now(),
         vmi_running: running,
-        not_migratable: weft_vm::verify_migratable(vmi, &weft_vm::ClusterConfig::default())
+        not_migratable: weft_vm::verify_migratable(vmi, &config)
             .err()
             .map(|e| e.to_string()),
         state: own_state,
