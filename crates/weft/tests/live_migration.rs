@@ -482,9 +482,13 @@ fn benchmark_live_migration_of_the_example_vm() {
     });
 }
 
-/// What must be back as it was after a failed migration: the network namespaces, the QEMU
-/// processes of this cluster, the IP reservations.
+/// What must be back as it was after a failed migration: this cluster's pod network
+/// namespaces (other clusters on the host come and go), its QEMU processes, the IP
+/// reservations.
 fn host_view(state: &Path) -> (String, usize, String) {
+    let cluster: Value = serde_json::from_slice(&std::fs::read(state.join("cluster.json")).unwrap()).unwrap();
+    let node1 = cluster["nodes"][0]["netns"].as_str().unwrap().to_string();
+    let prefix = format!("{}pod-", node1.strip_suffix("node1").unwrap());
     let netns = String::from_utf8_lossy(
         &std::process::Command::new("ip")
             .args(["netns", "list"])
@@ -494,7 +498,7 @@ fn host_view(state: &Path) -> (String, usize, String) {
     )
     .lines()
     .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
-    .filter(|n| n.contains("pod"))
+    .filter(|n| n.starts_with(&prefix))
     .collect::<Vec<_>>()
     .join(" ");
     let marker = state.display().to_string();
