@@ -108,6 +108,35 @@ for p in $(arg httpd); do
   if httpd -p "$p" -h /www; then echo "WEFT-CHECK httpd $p ok"; else echo "WEFT-CHECK httpd $p fail"; fi
 done
 
+# live-migration probes, each reporting to the serial log in the background:
+# weft.uptime=SECS: the boot id and uptime every SECS (a reboot changes the id, resets uptime)
+for p in $(arg uptime); do
+  ( while true; do echo "WEFT-UPTIME $(up) $(cat /proc/sys/kernel/random/boot_id)"; sleep "$p"; done ) &
+done
+# weft.pingflood=IP: ping IP every 10 ms; every 100 replies, the longest run of lost replies
+# since the last report
+for t in $(arg pingflood); do
+  ( while true; do ping -i 0.01 "$t" 2>&1; sleep 1; done | awk -v t="$t" '/seq=/ {
+      s = $0; sub(/.*seq=/, "", s); sub(/ .*/, "", s); s += 0
+      if (n && s > last + 1 && s - last - 1 > gap) gap = s - last - 1
+      last = s; n++
+      if (n % 100 == 0) { print "WEFT-PING " t " recv=" n " seq=" s " maxgap=" gap + 0; gap = 0; fflush() } }' ) &
+done
+# weft.streamfrom=PORT: receive one TCP stream of counting lines; report gaps and its end
+for p in $(arg streamfrom); do
+  # (nc's stdin never ends: at EOF it would half-close, and the sender would stop)
+  ( while true; do sleep 3600; done | nc -l -p "$p" | awk 'NR == 1 { n = $1 } { if ($1 != n) bad++; n = $1 + 1; c++
+      if (c % 20 == 0) { print "WEFT-STREAM recv=" c " next=" n " bad=" bad + 0; fflush() } }
+      END { print "WEFT-STREAM end recv=" c + 0; fflush() }' ) &
+done
+# weft.streamto=IP:PORT: send counting lines every 50 ms to IP:PORT (retried until it connects)
+for d in $(arg streamto); do
+  ( while true; do
+      i=0; while true; do echo "$i"; i=$((i+1)); sleep 0.05; done | nc "${d%:*}" "${d#*:}"
+      echo "WEFT-STREAM closed $d"; sleep 1
+    done ) &
+done
+
 # every NIC without an IPv4 address and without a running udhcpc gets another attempt: NICs
 # plugged in later (hot-plug), and NICs whose DHCP server was not up yet at boot
 interval=$(arg ga_interval); [ -n "$interval" ] || interval=2

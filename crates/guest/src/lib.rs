@@ -18,6 +18,7 @@ pub mod init;
 pub mod initramfs;
 pub mod kernel;
 pub mod lease6;
+pub mod migrate;
 pub mod qemu;
 pub mod qga;
 pub mod qmp;

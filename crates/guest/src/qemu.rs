@@ -171,6 +171,12 @@ pub struct GuestSpec {
     /// The image runs qemu-guest-agent: give it its virtio-serial channel
     /// ([`GuestSpec::qga_socket`]). Off for an image built without the agent.
     pub guest_agent: bool,
+    /// A live-migration target: QEMU starts with `-incoming defer` and waits for QMP
+    /// `migrate-incoming` ([`crate::migrate`]) instead of booting.
+    pub incoming: bool,
+    /// Append to the serial log instead of truncating it (a migration target continues the
+    /// source's log).
+    pub serial_append: bool,
 }
 
 impl GuestSpec {
@@ -186,6 +192,8 @@ impl GuestSpec {
             run_dir: run_dir.into(),
             hotplug_slots: 0,
             guest_agent: true,
+            incoming: false,
+            serial_append: false,
         }
     }
 
@@ -345,8 +353,18 @@ impl GuestSpec {
             self.initrd.display().to_string(),
             "-append".into(),
             self.cmdline(),
-            "-serial".into(),
-            format!("file:{}", self.serial_log().display()),
+        ]);
+        if self.serial_append {
+            argv.extend([
+                "-chardev".into(),
+                format!("{},append=on", serial_chardev(&self.serial_log())),
+                "-serial".into(),
+                "chardev:weft-serial".into(),
+            ]);
+        } else {
+            argv.extend(["-serial".into(), format!("file:{}", self.serial_log().display())]);
+        }
+        argv.extend([
             "-pidfile".into(),
             self.pidfile().display().to_string(),
             "-qmp".into(),
@@ -370,6 +388,9 @@ impl GuestSpec {
                 format!("{},netdev=net{index},mac={},romfile=", nic.model, nic.mac),
             ]);
         }
+        if self.incoming {
+            argv.extend(["-incoming".into(), "defer".into()]);
+        }
         if !self.guest_agent {
             return argv;
         }
@@ -389,6 +410,11 @@ impl GuestSpec {
         ]);
         argv
     }
+}
+
+/// The `-chardev` of an appended serial log (without `,append=on`).
+fn serial_chardev(log: &Path) -> String {
+    format!("file,id=weft-serial,path={}", log.display())
 }
 
 /// The id of the PCIe root port that hot-plug slot `slot` uses.
@@ -422,8 +448,9 @@ impl RunningGuest {
             move |source| QemuError::Io { guest, path, source }
         };
         std::fs::create_dir_all(&spec.run_dir).map_err(io(&spec.run_dir))?;
-        create_private(&spec.serial_log()).map_err(io(&spec.serial_log()))?;
-        let qemu_log = create_private(&spec.qemu_log()).map_err(io(&spec.qemu_log()))?;
+        // A migration target continues the source's serial log (appended), a new guest starts one.
+        create_private(&spec.serial_log(), spec.serial_append).map_err(io(&spec.serial_log()))?;
+        let qemu_log = create_private(&spec.qemu_log(), false).map_err(io(&spec.qemu_log()))?;
         let qemu_err = qemu_log.try_clone().map_err(io(&spec.qemu_log()))?;
         let argv = spec.argv();
         let mut command = Command::new(&argv[0]);
@@ -665,9 +692,14 @@ pub fn stop_by_pidfile(spec: &GuestSpec) -> std::io::Result<bool> {
         Err(error) => return Err(error),
     };
     let marker = format!("file:{}", spec.serial_log().display());
+    let appended = format!("{},append=on", serial_chardev(&spec.serial_log()));
     let ours = pid.filter(|pid| {
         std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|cmdline| cmdline.split(|b| *b == 0).any(|arg| arg == marker.as_bytes()))
+            .map(|cmdline| {
+                cmdline
+                    .split(|b| *b == 0)
+                    .any(|arg| arg == marker.as_bytes() || arg == appended.as_bytes())
+            })
             .unwrap_or(false)
     });
     let killed = match ours {
@@ -708,14 +740,15 @@ impl Drop for RunningGuest {
     }
 }
 
-/// Create (or truncate) a log file readable by root only: the guest's serial log and QEMU's
+/// Create (or truncate, or append to) a log file readable by root only: the guest's serial log and QEMU's
 /// output name addresses and leases. QEMU opens the serial file itself later and keeps its mode.
-fn create_private(path: &Path) -> std::io::Result<File> {
+fn create_private(path: &Path, append: bool) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .write(true)
         .create(true)
-        .truncate(true)
+        .append(append)
+        .truncate(!append)
         .mode(0o600)
         .open(path)
 }

@@ -7,7 +7,8 @@
 //!   made of [`op::Op`]s;
 //! - [`lease`]: what the DHCP server serves the guest ([`lease::GuestLease`]);
 //! - [`nft`]: the masquerade NAT rule set and its `nft -f -` script;
-//! - [`passt`]: the passt binding's user-mode process (argv, socket, forwarded ports).
+//! - [`passt`]: the passt binding's user-mode process (argv, socket, forwarded ports);
+//! - [`quiet`]: the rule set that keeps a live-migration target's pod kernel silent.
 //!
 //! Effects are thin: [`exec`] applies a plan through a [`exec::NetnsBackend`] (rolling back on
 //! failure) and tears it down collecting every error.
@@ -50,6 +51,7 @@ pub mod op;
 pub mod passt;
 pub mod plan;
 pub mod pod_link;
+pub mod quiet;
 
 pub use addressing::VmNetworkCidrs;
 pub use lease::GuestLease;

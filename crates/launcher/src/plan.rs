@@ -430,6 +430,22 @@ impl WiringPlan {
         undo_ops(&self.steps)
     }
 
+    /// [`WiringPlan::teardown`] for a pod about to be deleted: the pod interface is not given
+    /// its addresses and routes back, nor brought up again. A migration source's pod interface
+    /// must not come back with the VM's address (and its own MAC) while the guest runs on the
+    /// target: it would answer the VM's ARP and reset the VM's TCP connections.
+    pub fn teardown_before_deletion(&self) -> Vec<Op> {
+        self.teardown()
+            .into_iter()
+            .filter(|op| {
+                !matches!(
+                    op,
+                    Op::AddAddresses { .. } | Op::AddRoutes { .. } | Op::SetUp { .. }
+                )
+            })
+            .collect()
+    }
+
     /// The operations that undo the first `applied` steps (rollback after a failure).
     pub fn rollback(&self, applied: usize) -> Vec<Op> {
         undo_ops(&self.steps[..applied.min(self.steps.len())])
@@ -442,6 +458,27 @@ fn undo_ops(steps: &[WiringStep]) -> Vec<Op> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn teardown_before_deletion_leaves_the_pod_interface_down_without_addresses() {
+        let plan = plan_wiring(&bridge_request(
+            link(
+                &["192.168.100.10/24"],
+                &[("192.168.200.0/24", Some("192.168.100.1"))],
+            ),
+            1,
+        ))
+        .unwrap();
+        let full = plan.teardown();
+        assert!(full.iter().any(|op| matches!(op, Op::AddAddresses { .. })));
+        let quiet = plan.teardown_before_deletion();
+        assert!(quiet.iter().any(|op| matches!(op, Op::Rename { .. })));
+        assert!(quiet.iter().any(|op| matches!(op, Op::ClearMaster { .. })));
+        assert!(!quiet.iter().any(|op| matches!(
+            op,
+            Op::AddAddresses { .. } | Op::AddRoutes { .. } | Op::SetUp { .. }
+        )));
+    }
     use std::collections::BTreeSet;
 
     use proptest::prelude::*;

@@ -19,6 +19,7 @@
 //!   unplug) and [`verify_migratable`].
 //! - [`plan_vmi_sync`]: all of the controller's per-sync decisions for a VMI with a pod.
 //! - [`render()`]: `weft vm render`.
+//! - [`vmim::migration_step`]: the `VirtualMachineInstanceMigration` phase machine.
 
 pub mod admission;
 pub mod annotations;
@@ -34,12 +35,13 @@ pub mod render;
 pub mod setup;
 pub mod status;
 pub mod sync;
+pub mod vmim;
 
 pub use admission::{Cause, CauseType, validate, validate_create, validate_creation, validate_vm_create};
 pub use annotations::{
     AnnotationError, Annotations, launcher_pod_annotations, network_annotations, running_pod_annotations,
 };
-pub use api::{KubeVirt, VirtualMachine, VirtualMachineInstance};
+pub use api::{KubeVirt, VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceMigration};
 pub use config::{ClusterConfig, FeatureGates};
 pub use defaults::{DefaultingError, apply_network_defaults};
 pub use hotplug::{HotplugSync, is_restart_required, sync_vm_to_vmi, vmi_network_patch};

@@ -132,6 +132,7 @@ pub fn known_types() -> Vec<ResourceType> {
         weft_netconf::NetworkAttachmentDefinition::resource_type(),
         weft_vm::VirtualMachine::resource_type(),
         weft_vm::VirtualMachineInstance::resource_type(),
+        weft_vm::VirtualMachineInstanceMigration::resource_type(),
         weft_ipam::IpamClaim::resource_type(),
         crate::kinds::Event::resource_type(),
         weft_vm::KubeVirt::resource_type(),
@@ -157,6 +158,9 @@ pub fn resolve_kind(name: &str) -> anyhow::Result<ResourceType> {
     let wanted = match lower.as_str() {
         "vm" | "vms" | "virtualmachine" | "virtualmachines" => "VirtualMachine",
         "vmi" | "vmis" | "virtualmachineinstance" | "virtualmachineinstances" => "VirtualMachineInstance",
+        "vmim" | "vmims" | "virtualmachineinstancemigration" | "virtualmachineinstancemigrations" => {
+            "VirtualMachineInstanceMigration"
+        }
         "pod" | "pods" | "po" => "Pod",
         "node" | "nodes" | "no" => "Node",
         "nad"
@@ -171,13 +175,8 @@ pub fn resolve_kind(name: &str) -> anyhow::Result<ResourceType> {
         "event" | "events" | "ev" => "Event",
         "kubevirt" | "kubevirts" | "kv" => "KubeVirt",
         "ipreservation" | "ipreservations" => weft_ipam::IpReservation::KIND,
-        "vmim" | "vmims" | "virtualmachineinstancemigration" | "virtualmachineinstancemigrations" => {
-            anyhow::bail!(
-                "weft stores no VirtualMachineInstanceMigration objects: a migration is `weft migrate VMI [--to NODE]`, its steps are Events (`weft describe vmi VMI`)"
-            )
-        }
         _ => anyhow::bail!(
-            "the server doesn't have a resource type {name:?} (known: vm, vmi, pod, node, nad, ipamclaim, event, ipreservation, kubevirt)"
+            "the server doesn't have a resource type {name:?} (known: vm, vmi, vmim, pod, node, nad, ipamclaim, event, ipreservation, kubevirt)"
         ),
     };
     known_types()
@@ -209,11 +208,14 @@ mod tests {
             ("ipamclaims", "IPAMClaim"),
             ("ev", "Event"),
             ("ipreservations", "IPReservation"),
+            ("vmim", "VirtualMachineInstanceMigration"),
+            (
+                "virtualmachineinstancemigrations.kubevirt.io",
+                "VirtualMachineInstanceMigration",
+            ),
         ] {
             assert_eq!(resolve_kind(typed).unwrap().kind, kind, "{typed}");
         }
-        let vmim = resolve_kind("vmim").unwrap_err().to_string();
-        assert!(vmim.contains("weft migrate"), "{vmim}");
         assert!(resolve_kind("deployment").is_err());
     }
 }

@@ -3,6 +3,7 @@
 mod kubevirt;
 mod vm;
 mod vmi;
+mod vmim;
 
 pub use kubevirt::{
     DeveloperConfiguration, InterfaceBindingPlugin, KubeVirt, KubeVirtConfiguration, KubeVirtSpec,
@@ -13,4 +14,7 @@ pub use vmi::{
     BindingKind, Condition, Devices, DhcpOptions, DhcpPrivateOption, DomainSpec, Extra, Interface,
     InterfaceStatus, Marker, MultusNetwork, Network, PluginBinding, PodNetwork, Port, PortRange,
     ResourceClaimNetwork, STATE_ABSENT, STATE_DOWN, STATE_UP, VirtualMachineInstance, VmiSpec, VmiStatus,
+};
+pub use vmim::{
+    MigrationSpec, MigrationState, MigrationStatus, PhaseTransition, VirtualMachineInstanceMigration,
 };

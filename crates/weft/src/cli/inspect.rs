@@ -45,6 +45,7 @@ pub fn table_with(kind: &str, objects: &[Object], with_namespace: bool, wide: bo
         "VirtualMachine" => vec!["NAME", "AGE", "STATUS", "READY"],
         "Pod" => vec!["NAME", "STATUS", "IP", "NODE", "AGE"],
         "IPAMClaim" => vec!["NAME", "NETWORK", "IPS", "OWNER", "AGE"],
+        "VirtualMachineInstanceMigration" => vec!["NAME", "PHASE", "VMI", "AGE"],
         "Event" => vec!["TYPE", "REASON", "OBJECT", "COUNT", "LAST SEEN", "MESSAGE"],
         "IPReservation" => vec!["NAME", "NETWORK", "IP", "HOLDER", "NODE", "AGE"],
         _ => vec!["NAME", "AGE"],
@@ -114,6 +115,9 @@ pub fn table_with(kind: &str, objects: &[Object], with_namespace: bool, wide: bo
                 let mut row = super::wide::reservation_row(o);
                 row.push(age(o));
                 row
+            }
+            "VirtualMachineInstanceMigration" => {
+                vec![name, text(o, "status.phase"), text(o, "spec.vmiName"), age(o)]
             }
             _ => vec![name, age(o)],
         };
@@ -266,20 +270,69 @@ pub async fn ipam_list(state: &Path, network: Option<&str>) -> anyhow::Result<i3
     Ok(0)
 }
 
-pub async fn migrate(state: &Path, name: &str, to: Option<&str>, namespace: &str) -> anyhow::Result<i32> {
+/// `weft migrate VM [--to NODE]`: a `VirtualMachineInstanceMigration` for the VMI, as
+/// `virtctl migrate` creates it (`--to` is its `addedNodeSelector`); `--cancel` deletes the
+/// VMI's unfinished migrations, as `virtctl migrate-cancel` (the abort).
+pub async fn migrate(
+    state: &Path,
+    name: &str,
+    to: Option<&str>,
+    cancel: bool,
+    namespace: &str,
+) -> anyhow::Result<i32> {
+    use weft_vm::vmim::MigrationPhase;
     let store = cluster::open_running_store(state).await?;
-    let api = weft_store::Api::<weft_vm::VirtualMachineInstance>::namespaced(store, namespace);
-    api.modify(name, |vmi| {
-        vmi.metadata.annotations.insert(
-            crate::controller::migration::MIGRATE_TO_ANNOTATION.into(),
-            to.unwrap_or("").into(),
+    let vmi = weft_store::Api::<weft_vm::VirtualMachineInstance>::namespaced(store.clone(), namespace)
+        .get_required(name)
+        .await
+        .with_context(|| format!("VirtualMachineInstance {namespace}/{name}"))?;
+    let api = weft_store::Api::<weft_vm::VirtualMachineInstanceMigration>::namespaced(store, namespace);
+    let open: Vec<weft_vm::VirtualMachineInstanceMigration> = api
+        .list(&Default::default())
+        .await?
+        .into_iter()
+        .filter(|m| m.spec.vmi_name == name)
+        .filter(|m| {
+            !MigrationPhase::parse(m.status.as_ref().map(|s| s.phase.as_str()).unwrap_or(""))
+                .is_some_and(MigrationPhase::is_final)
+        })
+        .collect();
+    if cancel {
+        anyhow::ensure!(
+            !open.is_empty(),
+            "VirtualMachineInstance {namespace}/{name} is not migrating"
         );
-        true
-    })
-    .await
-    .with_context(|| format!("VirtualMachineInstance {namespace}/{name}"))?;
+        for m in &open {
+            api.delete(&m.metadata.name).await?;
+            println!(
+                "VirtualMachineInstanceMigration {namespace}/{} deleted (migration cancelled)",
+                m.metadata.name
+            );
+        }
+        return Ok(0);
+    }
+    if let Some(m) = open.first() {
+        anyhow::bail!(
+            "VirtualMachineInstance {namespace}/{name} already has a migration in progress ({})",
+            m.metadata.name
+        );
+    }
+    let phase = vmi.status.as_ref().map(|s| s.phase.as_str()).unwrap_or("");
+    anyhow::ensure!(
+        phase == "Running",
+        "VirtualMachineInstance {namespace}/{name} is not running (phase {phase:?})"
+    );
+    let mut vmim = crate::controller::migration::new_migration(namespace, name, "kubevirt-migrate-vm-");
+    if let Some(node) = to {
+        vmim.spec.added_node_selector.insert(
+            crate::controller::launcher_pod::HOSTNAME_LABEL.into(),
+            node.into(),
+        );
+    }
+    let created = api.create(&vmim).await?;
     println!(
-        "VirtualMachineInstance {namespace}/{name} migrating{}",
+        "VirtualMachineInstanceMigration {namespace}/{} created: migrating {name}{}",
+        created.metadata.name,
         to.map(|n| format!(" to {n}")).unwrap_or_default()
     );
     Ok(0)

@@ -99,14 +99,18 @@ pub enum Command {
         /// VM name.
         name: String,
     },
-    /// Migrate a running VM to another node (the local cluster starts a target launcher pod,
-    /// hands over, and removes the source; claimed addresses stay).
+    /// Live-migrate a running VM to another node: creates a VirtualMachineInstanceMigration
+    /// (`weft get vmim`), as `virtctl migrate`; the guest moves without a reboot, claimed
+    /// addresses stay.
     Migrate {
         /// VM (VMI) name.
         name: String,
         /// Target node (default: any other node).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "cancel")]
         to: Option<String>,
+        /// Cancel the VM's migration in progress (deletes its VirtualMachineInstanceMigration).
+        #[arg(long)]
+        cancel: bool,
     },
     /// VM network decisions.
     #[command(subcommand)]
@@ -294,7 +298,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Delete(args) => get::delete(&state, args, &scope).await,
         Command::Start { name } => inspect::set_running(&state, &name, namespace, true).await,
         Command::Stop { name } => inspect::set_running(&state, &name, namespace, false).await,
-        Command::Migrate { name, to } => inspect::migrate(&state, &name, to.as_deref(), namespace).await,
+        Command::Migrate { name, to, cancel } => {
+            inspect::migrate(&state, &name, to.as_deref(), cancel, namespace).await
+        }
         Command::Vm(VmCommand::Render { file }) => inspect::vm_render(&file),
         Command::Net(NetCommand::Parse { annotation }) => inspect::net_parse(namespace, &annotation),
         Command::Net(NetCommand::Status { pod }) => inspect::net_status(&state, &pod, namespace).await,

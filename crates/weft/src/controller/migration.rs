@@ -1,23 +1,29 @@
-//! Migration in the local cluster: a target launcher pod for the same VMI starts on another
-//! node while the source still runs (both hold the VM's claimed addresses: two owners, as
-//! during a KubeVirt live migration); once the target runs, the source pod goes and the VMI
-//! moves. The guest is started afresh on the target (no memory state is transferred).
+//! Live migration, the controller's part (KubeVirt's migration controller): for each
+//! `VirtualMachineInstanceMigration` it observes the VMI's `status.migrationState` and the
+//! target pod, asks the pure phase machine ([`weft_vm::vmim::migration_step`]) what comes
+//! next, and applies it: the target launcher pod (for the same VMI, on another node, holding
+//! the VM's claimed addresses too: two owners while both pods exist), the abort of a deleted
+//! migration, the target's removal after a failure, and the hand-over once the guest runs on
+//! the target. The node agents move the running guest (`crate::local::migration`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use anyhow::Context;
-use serde_json::Value;
 use weft_store::{Api, ListOptions, Store};
-use weft_vm::VirtualMachineInstance;
+use weft_vm::api::{Condition, MigrationState};
+use weft_vm::vmim::{self, MigrationObservation, MigrationPhase, OrphanedStateStep, TargetPod};
+use weft_vm::{VirtualMachineInstance, VirtualMachineInstanceMigration};
 
 use super::launcher_pod;
 use crate::kinds::{Node, Pod};
 
-/// VMI annotation requesting a migration (value: target node, or empty for any other node).
-pub const MIGRATE_TO_ANNOTATION: &str = "weft.dev/migrate-to";
-/// Label marking a migration target pod until it takes over.
-pub const TARGET_LABEL: &str = "weft.dev/migration-target";
+/// Label marking a migration target pod (its value: the migration's uid) until it takes over.
+pub const TARGET_LABEL: &str = vmim::MIGRATION_JOB_LABEL;
+/// Label KubeVirt's workload updater puts on the migrations it creates.
+pub const WORKLOAD_UPDATE_LABEL: &str = "kubevirt.io/workloadUpdateMigration";
+/// Guest memory of the local guests (for the completion timeout).
+const GUEST_MEMORY_MIB: u64 = 256;
 
 /// The pod the VMI runs in now: the one that is not a pending migration target.
 pub fn active_pod<'a>(pods: &[&'a Pod]) -> Option<&'a Pod> {
@@ -27,112 +33,400 @@ pub fn active_pod<'a>(pods: &[&'a Pod]) -> Option<&'a Pod> {
         .or_else(|| pods.first().copied())
 }
 
-/// Drive a requested migration one step. Returns true while a migration is in progress.
+/// The migrations of `vmi`, oldest first.
+async fn migrations_of(
+    store: &Arc<dyn Store>,
+    vmi: &VirtualMachineInstance,
+) -> anyhow::Result<Vec<VirtualMachineInstanceMigration>> {
+    let mut all: Vec<VirtualMachineInstanceMigration> =
+        Api::<VirtualMachineInstanceMigration>::namespaced(store.clone(), vmi.namespace())
+            .list(&ListOptions::default())
+            .await?
+            .into_iter()
+            .filter(|m| m.spec.vmi_name == vmi.metadata.name && m.metadata.deletion_timestamp.is_none())
+            .collect();
+    all.sort_by_key(|m| {
+        let rv: u64 = m
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or("0")
+            .parse()
+            .unwrap_or(0);
+        (m.metadata.creation_timestamp.clone(), rv)
+    });
+    Ok(all)
+}
+
+fn phase_of(vmim: &VirtualMachineInstanceMigration) -> Option<MigrationPhase> {
+    MigrationPhase::parse(vmim.status.as_ref().map(|s| s.phase.as_str()).unwrap_or(""))
+}
+
+/// Drive the VMI's migrations one step. Returns true while one is in progress.
 pub async fn step(
     store: &Arc<dyn Store>,
     vmi: &VirtualMachineInstance,
     pods: &[&Pod],
 ) -> anyhow::Result<bool> {
-    let Some(requested) = vmi.metadata.annotation(MIGRATE_TO_ANNOTATION).map(String::from) else {
+    let migrations = migrations_of(store, vmi).await?;
+    let state = vmim::vmi_migration_state(vmi);
+    let target_of = |uid: &str| {
+        pods.iter()
+            .copied()
+            .find(|p| p.metadata.label(TARGET_LABEL) == Some(uid))
+    };
+    // Failed migrations: their target pods go.
+    for failed in migrations
+        .iter()
+        .filter(|m| phase_of(m) == Some(MigrationPhase::Failed))
+    {
+        if let Some(pod) = failed.metadata.uid.as_deref().and_then(target_of) {
+            delete_pod(store, pod).await?;
+        }
+    }
+    // A migration whose object was deleted: the abort.
+    if let Some(state) = state.as_ref().filter(|s| {
+        !migrations
+            .iter()
+            .any(|m| m.metadata.uid.as_deref() == Some(s.migration_uid.as_str()))
+    }) {
+        let target = target_of(&state.migration_uid);
+        let now = weft_store::now_rfc3339();
+        match vmim::orphaned_state_step(state, target.is_some()) {
+            OrphanedStateStep::Nothing => {}
+            OrphanedStateStep::RequestAbort => {
+                update_state(store, vmi, &state.migration_uid, |s| s.abort_requested = true).await?;
+            }
+            OrphanedStateStep::AbortUnstarted => {
+                update_state(store, vmi, &state.migration_uid, |s| {
+                    s.abort_requested = true;
+                    s.abort_status = "Succeeded".into();
+                    s.failed = true;
+                    s.failure_reason = "aborted: the migration object was deleted".into();
+                    s.end_timestamp = Some(now.clone());
+                })
+                .await?;
+                if let Some(pod) = target {
+                    delete_pod(store, pod).await?;
+                }
+            }
+            OrphanedStateStep::CleanUp => {
+                if let Some(pod) = target {
+                    delete_pod(store, pod).await?;
+                }
+            }
+        }
+        if !state.is_final() {
+            return Ok(true);
+        }
+    }
+    let Some(vmim) = migrations
+        .iter()
+        .find(|m| !phase_of(m).is_some_and(MigrationPhase::is_final))
+    else {
         return Ok(false);
     };
-    let ns = vmi.namespace().to_string();
-    let source = active_pod(pods).context("migration: the VMI has no launcher pod")?;
-    let target = pods
-        .iter()
-        .copied()
-        .find(|p| p.metadata.label(TARGET_LABEL).is_some());
-    let pods_api = Api::<Pod>::namespaced(store.clone(), &ns);
-    match target {
-        None => {
-            let nodes: Vec<String> = Api::<Node>::all(store.clone())
-                .list(&ListOptions::default())
-                .await?
-                .into_iter()
-                .map(|n| n.metadata.name)
-                .filter(|n| *n != source.spec.node_name)
-                .collect();
-            let pinned = (!requested.is_empty()).then_some(requested.as_str());
-            let node = launcher_pod::choose_node(&nodes, &BTreeMap::new(), pinned)
-                .with_context(|| format!("migration of {}: no other node to go to", vmi.metadata.name))?
-                .clone();
-            let mut pod = source.clone();
-            let generation = migration_count(vmi) + 1;
-            pod.metadata = weft_store::ObjectMeta {
-                name: format!("{}-m{generation}", launcher_pod::pod_name(vmi)),
-                namespace: Some(ns.clone()),
-                labels: source.metadata.labels.clone(),
-                annotations: source.metadata.annotations.clone(),
-                owner_references: source.metadata.owner_references.clone(),
-                ..Default::default()
-            };
-            pod.metadata.labels.insert(TARGET_LABEL.into(), "true".into());
-            pod.metadata
-                .annotations
-                .remove(weft_netconf::NETWORK_STATUS_ANNOTATION);
-            pod.metadata.annotations.remove(crate::claims::SANDBOX_ANNOTATION);
-            pod.status = Default::default();
-            pod.spec.node_name = node;
-            pods_api.create(&pod).await?;
-            set_migration_state(store, vmi, &source.spec.node_name, &pod.spec.node_name, false).await?;
-            Ok(true)
-        }
-        Some(target) if target.status.phase == "Running" => {
-            // Hand over: the source goes, the target becomes the VMI's pod.
-            pods_api.delete(&source.metadata.name).await?;
-            pods_api
-                .modify(&target.metadata.name, |p| {
-                    p.metadata.labels.remove(TARGET_LABEL).is_some()
-                })
-                .await?;
-            let (from, to) = (source.spec.node_name.clone(), target.spec.node_name.clone());
-            Api::<VirtualMachineInstance>::namespaced(store.clone(), &ns)
-                .modify(&vmi.metadata.name, |v| {
-                    v.metadata.annotations.remove(MIGRATE_TO_ANNOTATION);
-                    v.metadata
-                        .annotations
-                        .insert(MIGRATIONS_ANNOTATION.into(), (migration_count(v) + 1).to_string());
-                    true
-                })
-                .await?;
-            set_migration_state(store, vmi, &from, &to, true).await?;
-            Ok(false)
-        }
-        Some(_) => Ok(true),
+    let uid = vmim.metadata.uid.clone().unwrap_or_default();
+    let own_state = state.as_ref().filter(|s| s.migration_uid == uid);
+    let target = target_of(&uid);
+    let phase = phase_of(vmim);
+    let since = vmim
+        .status
+        .as_ref()
+        .and_then(|s| s.phase_transition_timestamps.last())
+        .and_then(|t| t.phase_transition_timestamp.parse().ok());
+    let running = vmi.status.as_ref().is_some_and(|s| s.phase == "Running");
+    // The KubeVirt CR's binding plugins: one declaring `migration` (passt's `link-refresh`)
+    // makes its VMIs migratable.
+    let config = super::config::load(store).await?;
+    let observation = MigrationObservation {
+        phase,
+        since,
+        now: jiff::Timestamp::now(),
+        vmi_running: running,
+        not_migratable: weft_vm::verify_migratable(vmi, &config)
+            .err()
+            .map(|e| e.to_string()),
+        state: own_state,
+        target_pod: target.map(|p| TargetPod {
+            phase: p.status.phase.clone(),
+            message: p.status.message.clone(),
+        }),
+        pending_timeout: vmim::pending_pod_timeout(vmim),
+        completion_timeout: vmim::completion_timeout(GUEST_MEMORY_MIB),
+    };
+    let mut decision = vmim::migration_step(&observation);
+    let now = weft_store::now_rfc3339();
+    if decision.actions.create_target
+        && let Err(e) = create_target(store, vmi, vmim, pods).await
+    {
+        decision = vmim::MigrationStep {
+            phase: MigrationPhase::Failed,
+            reason: Some(format!("{e:#}")),
+            actions: Default::default(),
+        };
+    }
+    if decision.actions.fail_state || decision.actions.abort_source {
+        let reason = decision.reason.clone().unwrap_or_default();
+        let (fail, abort) = (decision.actions.fail_state, decision.actions.abort_source);
+        update_state(store, vmi, &uid, |s| {
+            if abort {
+                s.abort_requested = true;
+            }
+            if fail {
+                s.failed = true;
+                s.failure_reason = reason.clone();
+                s.end_timestamp = Some(now.clone());
+            }
+        })
+        .await?;
+    }
+    if decision.actions.delete_target
+        && let Some(pod) = target
+    {
+        delete_pod(store, pod).await?;
+    }
+    if decision.actions.hand_over
+        && let (Some(target), Some(state)) = (target, own_state)
+    {
+        hand_over(store, vmi, state, target).await?;
+    }
+    record(store, vmim, &decision, &now).await?;
+    Ok(!decision.phase.is_final())
+}
+
+/// Record the phase (and its transition), the failure reason and a copy of the VMI's
+/// `migrationState` on the migration object.
+async fn record(
+    store: &Arc<dyn Store>,
+    vmim: &VirtualMachineInstanceMigration,
+    decision: &vmim::MigrationStep,
+    now: &str,
+) -> anyhow::Result<()> {
+    let api = Api::<VirtualMachineInstanceMigration>::namespaced(
+        store.clone(),
+        vmim.metadata.namespace.as_deref().unwrap_or("default"),
+    );
+    let vmi = Api::<VirtualMachineInstance>::namespaced(
+        store.clone(),
+        vmim.metadata.namespace.as_deref().unwrap_or("default"),
+    )
+    .get(&vmim.spec.vmi_name)
+    .await?;
+    let uid = vmim.metadata.uid.clone().unwrap_or_default();
+    let copy = vmi
+        .as_ref()
+        .and_then(vmim::vmi_migration_state)
+        .filter(|s| s.migration_uid == uid);
+    let result = api
+        .modify_status(&vmim.metadata.name, |m| {
+            let status = m.status.get_or_insert_with(Default::default);
+            let mut changed = vmim::record_phases(status, decision.phase, now);
+            if let Some(reason) = &decision.reason
+                && !status.conditions.iter().any(|c| c.type_ == "Failed")
+            {
+                status.conditions.push(Condition {
+                    type_: "Failed".into(),
+                    status: "True".into(),
+                    reason: "MigrationFailed".into(),
+                    message: reason.clone(),
+                    last_transition_time: Some(now.into()),
+                    ..Default::default()
+                });
+                changed = true;
+            }
+            if copy.is_some() && status.migration_state != copy {
+                status.migration_state = copy.clone();
+                changed = true;
+            }
+            changed
+        })
+        .await;
+    match result {
+        Err(e) if e.is_not_found() => Ok(()),
+        other => other.map(drop).map_err(Into::into),
     }
 }
 
-/// VMI annotation counting completed migrations (names the next target pod).
-pub const MIGRATIONS_ANNOTATION: &str = "weft.dev/migrations";
-
-fn migration_count(vmi: &VirtualMachineInstance) -> u32 {
-    vmi.metadata
-        .annotation(MIGRATIONS_ANNOTATION)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-async fn set_migration_state(
+/// Choose the target node, record the migration on the VMI, create the target pod (a copy of
+/// the source pod for the same VMI: same networks annotation and claims).
+async fn create_target(
     store: &Arc<dyn Store>,
     vmi: &VirtualMachineInstance,
-    from: &str,
-    to: &str,
-    completed: bool,
+    vmim: &VirtualMachineInstanceMigration,
+    pods: &[&Pod],
 ) -> anyhow::Result<()> {
-    Api::<VirtualMachineInstance>::namespaced(store.clone(), vmi.namespace())
+    let ns = vmi.namespace().to_string();
+    let uid = vmim.metadata.uid.clone().unwrap_or_default();
+    let source = active_pod(pods).context("the VMI has no launcher pod")?;
+    anyhow::ensure!(
+        source.status.phase == "Running",
+        "the source pod {} is not running",
+        source.metadata.name
+    );
+    let nodes: Vec<String> = Api::<Node>::all(store.clone())
+        .list(&ListOptions::default())
+        .await?
+        .into_iter()
+        .map(|n| n.metadata.name)
+        .filter(|n| *n != source.spec.node_name)
+        .collect();
+    let pinned = vmim::pinned_target_node(vmim);
+    let mut load = BTreeMap::new();
+    for pod in Api::<Pod>::all(store.clone())
+        .list(&ListOptions::default())
+        .await?
+    {
+        *load.entry(pod.spec.node_name.clone()).or_insert(0usize) += 1;
+    }
+    let node = launcher_pod::choose_node(&nodes, &load, pinned)
+        .with_context(|| match pinned {
+            Some(node) => format!("no node {node} to migrate to (other than the source node)"),
+            None => "no other node to migrate to".to_string(),
+        })?
+        .clone();
+    let suffix: String = uid.chars().filter(char::is_ascii_alphanumeric).take(5).collect();
+    let mut pod = source.clone();
+    pod.metadata = weft_store::ObjectMeta {
+        name: format!("{}-t{suffix}", launcher_pod::pod_name(vmi)),
+        namespace: Some(ns.clone()),
+        labels: source.metadata.labels.clone(),
+        annotations: source.metadata.annotations.clone(),
+        owner_references: source.metadata.owner_references.clone(),
+        ..Default::default()
+    };
+    pod.metadata.labels.insert(TARGET_LABEL.into(), uid.clone());
+    pod.metadata
+        .annotations
+        .remove(weft_netconf::NETWORK_STATUS_ANNOTATION);
+    pod.metadata.annotations.remove(crate::claims::SANDBOX_ANNOTATION);
+    pod.status = Default::default();
+    pod.spec.node_name = node.clone();
+    let state = MigrationState {
+        migration_uid: uid.clone(),
+        source_node: source.spec.node_name.clone(),
+        source_pod: source.metadata.name.clone(),
+        target_node: node,
+        target_pod: pod.metadata.name.clone(),
+        mode: vmim::MODE_PRE_COPY.into(),
+        ..Default::default()
+    };
+    Api::<VirtualMachineInstance>::namespaced(store.clone(), &ns)
+        .modify_status(&vmi.metadata.name, |v| vmim::set_vmi_migration_state(v, &state))
+        .await?;
+    Api::<Pod>::namespaced(store.clone(), &ns).create(&pod).await?;
+    Ok(())
+}
+
+/// The guest runs on the target: the source pod goes (its node releases its attachments),
+/// the target pod becomes the VMI's, the VMI moves.
+async fn hand_over(
+    store: &Arc<dyn Store>,
+    vmi: &VirtualMachineInstance,
+    state: &MigrationState,
+    target: &Pod,
+) -> anyhow::Result<()> {
+    let ns = vmi.namespace().to_string();
+    let pods_api = Api::<Pod>::namespaced(store.clone(), &ns);
+    pods_api
+        .modify(&target.metadata.name, |p| {
+            p.metadata.labels.remove(TARGET_LABEL).is_some()
+        })
+        .await?;
+    if let Err(e) = pods_api.delete(&state.source_pod).await
+        && !e.is_not_found()
+    {
+        return Err(e.into());
+    }
+    let to = target.spec.node_name.clone();
+    Api::<VirtualMachineInstance>::namespaced(store.clone(), &ns)
         .modify_status(&vmi.metadata.name, |v| {
             let status = v.status.get_or_insert_with(Default::default);
-            let state = serde_json::json!({"sourceNode": from, "targetNode": to, "completed": completed});
-            if status.extra.get("migrationState") == Some(&state) {
-                return false;
-            }
-            status.extra.insert("migrationState".into(), state);
-            if completed {
-                status.node_name = to.to_string();
-            }
-            let _ = Value::Null;
-            true
+            let before = status.clone();
+            status.node_name = to.clone();
+            // The target has the networks the VMI asks for: no migration is required any more.
+            status
+                .conditions
+                .retain(|c| c.type_ != weft_vm::migration::MIGRATION_REQUIRED);
+            *status != before
         })
         .await?;
     Ok(())
+}
+
+async fn delete_pod(store: &Arc<dyn Store>, pod: &Pod) -> anyhow::Result<()> {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    match Api::<Pod>::namespaced(store.clone(), &ns)
+        .delete(&pod.metadata.name)
+        .await
+    {
+        Err(e) if !e.is_not_found() => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+async fn update_state(
+    store: &Arc<dyn Store>,
+    vmi: &VirtualMachineInstance,
+    uid: &str,
+    change: impl Fn(&mut MigrationState),
+) -> anyhow::Result<()> {
+    Api::<VirtualMachineInstance>::namespaced(store.clone(), vmi.namespace())
+        .modify_status(&vmi.metadata.name, |v| {
+            let Some(mut state) = vmim::vmi_migration_state(v).filter(|s| s.migration_uid == uid) else {
+                return false;
+            };
+            change(&mut state);
+            vmim::set_vmi_migration_state(v, &state)
+        })
+        .await?;
+    Ok(())
+}
+
+/// KubeVirt's workload updater with `workloadUpdateMethods: [LiveMigrate]`: a running VMI
+/// whose `MigrationRequired` condition is `True` (the migration evaluator's decision) and that
+/// has no migration in progress gets one.
+pub async fn ensure_required_migration(
+    store: &Arc<dyn Store>,
+    vmi: &VirtualMachineInstance,
+) -> anyhow::Result<()> {
+    let required = weft_vm::migration::migration_required_condition(vmi).is_some_and(|c| c.status == "True");
+    if !required {
+        return Ok(());
+    }
+    let migrations = migrations_of(store, vmi).await?;
+    if migrations
+        .iter()
+        .any(|m| !phase_of(m).is_some_and(MigrationPhase::is_final))
+    {
+        return Ok(());
+    }
+    let mut vmim = new_migration(vmi.namespace(), &vmi.metadata.name, "kubevirt-workload-update-");
+    vmim.metadata
+        .labels
+        .insert(WORKLOAD_UPDATE_LABEL.into(), String::new());
+    Api::<VirtualMachineInstanceMigration>::namespaced(store.clone(), vmi.namespace())
+        .create(&vmim)
+        .await?;
+    tracing::info!(vmi = %vmi.metadata.name, migration = %vmim.metadata.name, "migration required: created");
+    Ok(())
+}
+
+/// A new migration of VMI `vmi` named `prefix` + 5 random characters (as `generateName`).
+pub fn new_migration(namespace: &str, vmi: &str, prefix: &str) -> VirtualMachineInstanceMigration {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let suffix: String = (0..5)
+        .map(|_| ALPHABET[rand::random::<u8>() as usize % ALPHABET.len()] as char)
+        .collect();
+    VirtualMachineInstanceMigration {
+        metadata: weft_store::ObjectMeta::named(Some(namespace), &format!("{prefix}{suffix}")),
+        spec: weft_vm::api::MigrationSpec {
+            vmi_name: vmi.to_string(),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
 }

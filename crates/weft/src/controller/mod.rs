@@ -454,33 +454,39 @@ pub(super) async fn reconcile_vmi(
     let ready = pod.status.phase == "Running";
     let node = pod.spec.node_name.clone();
     let now = jiff::Timestamp::now();
-    api.modify_status(&vmi.metadata.name, |v| {
-        let plan = weft_vm::plan_vmi_sync(
-            v,
-            weft_vm::PodView {
-                annotations: &pod.metadata.annotations,
-                ready,
-            },
-            migrating,
-            &config,
-            now,
-        );
-        let status = v.status.get_or_insert_with(Default::default);
-        let before = status.clone();
-        status.phase = new_phase.into();
-        status.node_name = node.clone();
-        status.interfaces = plan.status_interfaces;
-        match plan.migration_condition {
-            weft_vm::ConditionUpdate::Keep => {}
-            weft_vm::ConditionUpdate::Remove => status.conditions.retain(|c| c.type_ != "MigrationRequired"),
-            weft_vm::ConditionUpdate::Set(condition) => {
-                status.conditions.retain(|c| c.type_ != "MigrationRequired");
-                status.conditions.push(*condition);
+    let updated = api
+        .modify_status(&vmi.metadata.name, |v| {
+            let plan = weft_vm::plan_vmi_sync(
+                v,
+                weft_vm::PodView {
+                    annotations: &pod.metadata.annotations,
+                    ready,
+                },
+                migrating,
+                &config,
+                now,
+            );
+            let status = v.status.get_or_insert_with(Default::default);
+            let before = status.clone();
+            status.phase = new_phase.into();
+            status.node_name = node.clone();
+            status.interfaces = plan.status_interfaces;
+            match plan.migration_condition {
+                weft_vm::ConditionUpdate::Keep => {}
+                weft_vm::ConditionUpdate::Remove => {
+                    status.conditions.retain(|c| c.type_ != "MigrationRequired")
+                }
+                weft_vm::ConditionUpdate::Set(condition) => {
+                    status.conditions.retain(|c| c.type_ != "MigrationRequired");
+                    status.conditions.push(*condition);
+                }
             }
-        }
-        *status != before
-    })
-    .await?;
+            *status != before
+        })
+        .await?;
+    if !migrating && new_phase == "Running" {
+        migration::ensure_required_migration(store, &updated).await?;
+    }
     // Hot-plug/unplug: the running pod's networks annotation follows the VMI's interfaces.
     let plan = weft_vm::plan_vmi_sync(
         vmi,

@@ -12,7 +12,7 @@ use weft_netconf::NetworkAttachmentDefinition;
 use weft_store::reconcile::{self, Action, Backoff, Change, Resync};
 use weft_store::{Api, CachedStore, ListOptions, Object, Resource, ResourceType, Store, WatchEvent};
 use weft_vm::api::KubeVirt;
-use weft_vm::{VirtualMachine, VirtualMachineInstance};
+use weft_vm::{VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceMigration};
 
 use super::{Roles, launcher_pod};
 use crate::kinds::{Node, Pod};
@@ -93,6 +93,7 @@ pub fn watched(roles: Roles) -> Vec<(ResourceType, ListOptions)> {
     if roles.kubevirt {
         kinds.extend([
             VirtualMachineInstance::resource_type(),
+            VirtualMachineInstanceMigration::resource_type(),
             Node::resource_type(),
             KubeVirt::resource_type(),
         ]);
@@ -187,6 +188,14 @@ pub fn keys_for(change: &Change, cached: &dyn Fn(&ResourceType) -> Vec<Object>) 
             keys.extend(vmi.map(|vmi| Key::Vmi(ns, vmi)));
             keys
         }
+        // A migration (created, its phase, deleted: the cancel) moves on in its VMI's reconcile.
+        "VirtualMachineInstanceMigration" => object
+            .data
+            .get("spec")
+            .and_then(|s| s.get("vmiName"))
+            .and_then(|v| v.as_str())
+            .map(|vmi| vec![Key::Vmi(ns, vmi.to_string())])
+            .unwrap_or_default(),
         // A VMI waits in Pending for its NADs and for a node to run on.
         "NetworkAttachmentDefinition" | "Node" => {
             vmi_keys(&cached(&VirtualMachineInstance::resource_type()), vmi_not_running)
@@ -502,6 +511,25 @@ mod tests {
         );
         let node = obj(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2"}}));
         assert_eq!(keys_for(&change::<Node>(WatchEvent::Added, node), &cached), want);
+    }
+
+    #[test]
+    fn a_migration_touches_its_vmi() {
+        let m = obj(
+            json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+            "metadata": {"name": "kubevirt-migrate-vm-x", "namespace": "ns"},
+            "spec": {"vmiName": "vm1"}}),
+        );
+        let none = |_: &ResourceType| Vec::new();
+        for event in [WatchEvent::Added, WatchEvent::Modified, WatchEvent::Deleted] {
+            assert_eq!(
+                keys_for(
+                    &change::<VirtualMachineInstanceMigration>(event, m.clone()),
+                    &none
+                ),
+                vec![k(Key::Vmi, "vm1")]
+            );
+        }
     }
 
     #[test]

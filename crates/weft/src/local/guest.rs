@@ -25,7 +25,12 @@ pub fn check_words(vmi: &VirtualMachineInstance) -> Vec<String> {
         .unwrap_or("")
         .split_whitespace()
         .filter_map(|word| word.split_once('='))
-        .filter(|(kind, target)| matches!(*kind, "ping" | "wget" | "httpd") && !target.is_empty())
+        .filter(|(kind, target)| {
+            matches!(
+                *kind,
+                "ping" | "wget" | "httpd" | "uptime" | "pingflood" | "streamfrom" | "streamto"
+            ) && !target.is_empty()
+        })
         .map(|(kind, target)| format!("weft.{kind}={target}"))
         .collect()
 }
@@ -67,6 +72,15 @@ pub fn spec_for(
     // Free PCIe root ports for NIC hot-plug (KubeVirt keeps 4 − interfaces placeholders; at
     // least one here so a VM with many NICs can still take one more).
     spec.hotplug_slots = HOTPLUG_SLOTS.saturating_sub(nics.len() as u8).max(1);
+    // A migration target: the same devices, waiting for the source's state.
+    if vmi
+        .metadata
+        .annotation(crate::local::migration::INCOMING_ANNOTATION)
+        .is_some()
+    {
+        spec.incoming = true;
+        spec.serial_append = true;
+    }
     Ok(spec)
 }
 
@@ -88,6 +102,7 @@ pub fn boot(
         .and_then(|n| n.to_str())
         .unwrap_or("")
         .to_string();
+    crate::local::migration::seed_serial_log(vmi, &spec.serial_log())?;
     let guest = RunningGuest::spawn(&spec, Some(&netns_name))
         .with_context(|| format!("start QEMU for {}", vmi.metadata.name))?;
     if let Some(pid) = guest.pid() {

@@ -27,6 +27,8 @@ struct RunningPod {
     name: String,
     sandbox: Sandbox,
     launcher: Option<LauncherState>,
+    /// Live migrations this pod takes part in.
+    migration: crate::local::migration::PodMigration,
 }
 
 /// Run pods bound to this node until `stop` turns true, then stop them all.
@@ -80,6 +82,19 @@ pub async fn run(agent: Arc<Agent>, mut stop: tokio::sync::watch::Receiver<bool>
             }
         }
         for run in running.values_mut() {
+            // A migration target reports nothing (and plugs nothing) until it takes over.
+            let (namespace, name) = (run.namespace.clone(), run.name.clone());
+            if crate::local::migration::step(
+                &agent,
+                &namespace,
+                &name,
+                run.launcher.as_mut(),
+                &mut run.migration,
+            )
+            .await
+            {
+                continue;
+            }
             if let Err(e) = hotplug(&agent, run).await {
                 tracing::warn!(pod = %run.name, "hot-plug: {e:#}");
             }
@@ -161,6 +176,7 @@ async fn adopt(agent: &Arc<Agent>, pod: &Pod, sandbox: Sandbox) -> Option<Runnin
             name,
             sandbox,
             launcher: None,
+            migration: Default::default(),
         });
     }
     let vmi = pod
@@ -184,6 +200,7 @@ async fn adopt(agent: &Arc<Agent>, pod: &Pod, sandbox: Sandbox) -> Option<Runnin
                 name,
                 sandbox,
                 launcher: Some(state),
+                migration: Default::default(),
             });
         }
         Err(e) => e,
@@ -250,6 +267,7 @@ async fn start_pod(agent: &Arc<Agent>, topology: &Topology, pod: &Pod) -> anyhow
         name: name.clone(),
         sandbox,
         launcher: None,
+        migration: Default::default(),
     };
     if is_launcher {
         let vmi_name = pod
@@ -263,6 +281,7 @@ async fn start_pod(agent: &Arc<Agent>, topology: &Topology, pod: &Pod) -> anyhow
         let fresh_pod = Api::<Pod>::namespaced(agent.store.clone(), &namespace)
             .get_required(&name)
             .await?;
+        let vmi = crate::local::migration::target_vmi(agent, &fresh_pod, vmi);
         match launcher::start(agent, &fresh_pod, &vmi, &run.sandbox).await {
             Ok(state) => run.launcher = Some(state),
             Err(e) => {

@@ -748,9 +748,15 @@ fn stop_blocking(state: LauncherState) {
     let Ok(mut backend) = weft_launcher::exec::NetlinkBackend::open(&state.netns_path) else {
         return;
     };
+    // The pod is deleted next: its interfaces do not get their addresses back (a migration
+    // source's would answer for the guest that now runs on the target).
     for plan in state.plans.iter().rev() {
-        if let Err(e) = exec::teardown(&mut backend, plan) {
-            tracing::warn!("teardown {}: {e}", plan.pod_iface);
+        for op in plan.teardown_before_deletion() {
+            if let Err(e) = backend.run(&op)
+                && !e.not_found
+            {
+                tracing::warn!("teardown {}: {e}", plan.pod_iface);
+            }
         }
     }
 }

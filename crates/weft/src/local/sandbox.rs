@@ -70,10 +70,17 @@ pub async fn create(agent: &std::sync::Arc<Agent>, pod: &Pod, netns: &str) -> an
         bytes.iter().map(|b| format!("{b:02x}")).collect()
     };
     let name = netns.to_string();
+    // A live-migration target stays quiet until its guest resumes: its kernel must not speak
+    // for, or reset the connections of, the guest still running on the source.
+    let quiet = pod.metadata.label(weft_vm::vmim::MIGRATION_JOB_LABEL).is_some();
     crate::local::blocking(move || -> anyhow::Result<()> {
         let _ = weft_host::Netns::delete_named(&name);
         let handle = weft_host::Netns::create_named(&name).with_context(|| format!("create netns {name}"))?;
         weft_host::Netlink::open_in(&handle)?.set_up("lo")?;
+        if quiet && let Err(e) = crate::local::migration_quiet::install(&format!("/run/netns/{name}")) {
+            let _ = weft_host::Netns::delete_named(&name);
+            return Err(e);
+        }
         Ok(())
     })
     .await??;

@@ -1,0 +1,590 @@
+//! The node agents' part of a live migration (virt-handler's in KubeVirt), per launcher pod
+//! and pass of the kubelet loop:
+//!
+//! - on the **target** node (a pod labelled `kubevirt.io/migrationJobUID`): the launcher has
+//!   wired the same NICs (same MACs, taps in the pod netns) and started QEMU with the same
+//!   devices and `-incoming defer`; this module gives it `migrate-incoming` on a Unix socket in
+//!   the pod directory, listens on the node's underlay address ([`Proxy::target`]) and records
+//!   that address in the VMI's `migrationState` (target ready). Once the guest runs there (QEMU
+//!   resumes by itself after the incoming state), `announce-self` tells the bridges and the
+//!   overlay where the guest's MACs are now, and `targetNodeDomainReadyTimestamp` is written.
+//! - on the **source** node: once the target is ready, the source QEMU migrates (pre-copy,
+//!   downtime limit) to a Unix socket relayed to the target ([`Proxy::source`]); progress from
+//!   `query-migrate` goes to the migration object, the outcome to `migrationState`. An abort
+//!   (`abortRequested`) is a `migrate_cancel`; a failed or cancelled migration leaves the
+//!   source guest running.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use weft_guest::migrate::{self, MigrationProgress};
+use weft_guest::qmp::QmpClient;
+use weft_store::Api;
+use weft_vm::api::MigrationState;
+use weft_vm::vmim::{self, MIGRATION_JOB_LABEL, MIGRATION_PROGRESS_ANNOTATION};
+use weft_vm::{VirtualMachineInstance, VirtualMachineInstanceMigration};
+
+use crate::agent::Agent;
+use crate::kinds::Pod;
+use crate::local::launcher::LauncherState;
+use crate::local::migration_proxy::Proxy;
+use crate::local::topology::Topology;
+
+/// Annotation on the VMI a migration target's launcher boots from: its QEMU waits for the
+/// incoming state (`-incoming defer`) and continues the serial log named by the value (the
+/// source's, so the guest's reports read on; empty: none).
+pub const INCOMING_ANNOTATION: &str = "weft.dev/migration-incoming";
+
+/// Migration annotation capping the transfer's bandwidth (bytes/s; KubeVirt's
+/// `bandwidthPerMigration` of a migration policy): a slow transfer for tests that act while it
+/// runs.
+pub const BANDWIDTH_ANNOTATION: &str = "weft.dev/migration-bandwidth";
+
+/// File names in the pod directories.
+const INCOMING_SOCKET: &str = "incoming.sock";
+const OUTGOING_SOCKET: &str = "migration.sock";
+
+/// What a launcher pod does for migrations (kept across passes).
+#[derive(Default)]
+pub struct PodMigration {
+    target: Option<TargetSide>,
+    source: Option<SourceSide>,
+    /// Migrations this pod has finished as the source (never started again).
+    done: BTreeSet<String>,
+}
+
+struct TargetSide {
+    uid: String,
+    proxy: Option<Proxy>,
+    resumed: bool,
+}
+
+struct SourceSide {
+    uid: String,
+    cancel: Arc<AtomicBool>,
+    progress: Arc<Mutex<MigrationProgress>>,
+    driver: Option<JoinHandle<Outcome>>,
+    written: Option<MigrationProgress>,
+}
+
+enum Outcome {
+    Completed,
+    Failed { reason: String, aborted: bool },
+}
+
+/// The VMI the launcher of `pod` starts from: for a migration target, the source's MACs (from
+/// the VMI status: the guest keeps them) and [`INCOMING_ANNOTATION`]; other pods get `vmi`.
+pub fn target_vmi(agent: &Agent, pod: &Pod, vmi: VirtualMachineInstance) -> VirtualMachineInstance {
+    let Some(uid) = pod.metadata.label(MIGRATION_JOB_LABEL) else {
+        return vmi;
+    };
+    let mut vmi = vmi;
+    let macs: Vec<(String, String)> = vmi
+        .status_interfaces()
+        .iter()
+        .filter(|s| !s.mac.is_empty())
+        .map(|s| (s.name.clone(), s.mac.clone()))
+        .collect();
+    for interface in vmi
+        .spec
+        .interfaces_mut()
+        .iter_mut()
+        .filter(|i| i.mac_address.is_empty())
+    {
+        if let Some((_, mac)) = macs.iter().find(|(name, _)| *name == interface.name) {
+            interface.mac_address = mac.clone();
+        }
+    }
+    let seed = vmim::vmi_migration_state(&vmi)
+        .filter(|s| s.migration_uid == uid)
+        .and_then(|s| {
+            let topology = Topology::load(&agent.state_dir).ok()?;
+            let node = topology.nodes.iter().find(|n| n.name == s.source_node)?;
+            let ns = vmi.namespace();
+            Some(
+                node.dir
+                    .join("pods")
+                    .join(format!("{ns}_{}", s.source_pod))
+                    .join(format!("{}.serial.log", vmi.metadata.name)),
+            )
+        })
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    vmi.metadata.annotations.insert(INCOMING_ANNOTATION.into(), seed);
+    vmi
+}
+
+/// Before a migration target's QEMU starts: its serial log continues the source's.
+pub fn seed_serial_log(vmi: &VirtualMachineInstance, serial_log: &Path) -> anyhow::Result<()> {
+    let Some(seed) = vmi
+        .metadata
+        .annotation(INCOMING_ANNOTATION)
+        .filter(|s| !s.is_empty())
+    else {
+        return Ok(());
+    };
+    match std::fs::read(seed) {
+        Ok(bytes) => {
+            std::fs::write(serial_log, bytes).with_context(|| format!("write {}", serial_log.display()))?
+        }
+        Err(e) => tracing::warn!(seed, "migration target: the source's serial log: {e}"),
+    }
+    Ok(())
+}
+
+/// One pass for the launcher pod `name`. Returns true when the pod is a migration target (the
+/// kubelet then leaves its status reports and hot-plug alone until it takes over).
+pub async fn step(
+    agent: &Arc<Agent>,
+    namespace: &str,
+    name: &str,
+    launcher: Option<&mut LauncherState>,
+    migration: &mut PodMigration,
+) -> bool {
+    let Some(launcher) = launcher else {
+        return false;
+    };
+    let pod = match Api::<Pod>::namespaced(agent.store.clone(), namespace)
+        .get(name)
+        .await
+    {
+        Ok(Some(pod)) => pod,
+        _ => return false,
+    };
+    let is_target = pod.metadata.label(MIGRATION_JOB_LABEL).is_some();
+    let result = if let Some(uid) = pod.metadata.label(MIGRATION_JOB_LABEL) {
+        target_step(agent, &pod, uid, launcher, migration).await
+    } else {
+        migration.target = None;
+        source_step(agent, &pod, launcher, migration).await
+    };
+    if let Err(e) = result {
+        tracing::warn!(pod = %name, "migration: {e:#}");
+    }
+    is_target
+}
+
+fn node_ip(topology: &Topology, node: &str) -> anyhow::Result<IpAddr> {
+    topology
+        .nodes
+        .iter()
+        .find(|n| n.name == node)
+        .map(|n| IpAddr::V4(n.underlay_ip))
+        .with_context(|| format!("node {node} is not in the local cluster"))
+}
+
+async fn target_step(
+    agent: &Arc<Agent>,
+    pod: &Pod,
+    uid: &str,
+    launcher: &mut LauncherState,
+    migration: &mut PodMigration,
+) -> anyhow::Result<()> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let vmi = Api::<VirtualMachineInstance>::namespaced(agent.store.clone(), &ns)
+        .get_required(&launcher.vmi)
+        .await?;
+    let Some(state) = vmim::vmi_migration_state(&vmi).filter(|s| s.migration_uid == uid) else {
+        return Ok(());
+    };
+    if state.failed {
+        migration.target = None;
+        return Ok(());
+    }
+    if let Some(how) = launcher.guest.as_mut().and_then(|g| g.exited()) {
+        // The target failed, not the VMI: its pod fails (the controller ends the migration
+        // and removes it); the source guest runs on.
+        let log = launcher
+            .guest
+            .as_ref()
+            .map(|g| g.spec().qemu_log())
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .unwrap_or_default();
+        launcher.guest = None;
+        migration.target = None;
+        let reason = format!("the migration target's QEMU exited ({how}) {}", log.trim());
+        tracing::warn!(pod = %pod.metadata.name, "{reason}");
+        Api::<Pod>::namespaced(agent.store.clone(), &ns)
+            .modify_status(&pod.metadata.name, |p| {
+                p.status.phase = "Failed".into();
+                p.status.message = reason.clone();
+                true
+            })
+            .await?;
+        return Ok(());
+    }
+    if pod.status.phase != "Running" {
+        return Ok(());
+    }
+    if migration.target.as_ref().is_none_or(|t| t.uid != uid) {
+        let topology = Topology::load(&agent.state_dir)?;
+        let here = node_ip(&topology, &agent.args.node)?;
+        let source = node_ip(&topology, &state.source_node)?;
+        let qmp = launcher.guest.as_ref().map(|g| g.spec().qmp_socket());
+        let incoming = launcher.dir.join(INCOMING_SOCKET);
+        let (proxy, address) =
+            crate::local::blocking(move || listen_for_incoming(qmp.as_deref(), &incoming, here, source))
+                .await??;
+        migration.target = Some(TargetSide {
+            uid: uid.to_string(),
+            proxy,
+            resumed: false,
+        });
+        update_state(agent, &ns, &launcher.vmi, uid, |s| {
+            s.target_node_address = address.ip().to_string();
+            s.target_direct_migration_node_ports = [(address.port().to_string(), 0)].into();
+            s.target_node_domain_detected = true;
+        })
+        .await?;
+        return Ok(());
+    }
+    let Some(target) = migration.target.as_mut() else {
+        return Ok(());
+    };
+    if target.resumed || !state.completed {
+        return Ok(());
+    }
+    // The source says the state is across: the guest runs here once QEMU resumed it.
+    let qmp = launcher.guest.as_ref().map(|g| g.spec().qmp_socket());
+    let netns = launcher.netns_path.clone();
+    let running = crate::local::blocking(move || resume_and_announce(qmp.as_deref(), &netns)).await??;
+    if !running {
+        return Ok(());
+    }
+    target.resumed = true;
+    if let Some(proxy) = target.proxy.take() {
+        crate::local::blocking(move || proxy.close()).await?;
+    }
+    let now = weft_store::now_rfc3339();
+    update_state(agent, &ns, &launcher.vmi, uid, |s| {
+        s.target_node_domain_ready_timestamp = Some(now.clone());
+    })
+    .await
+}
+
+/// `migrate-incoming` on `incoming` (when a guest runs) and the target proxy on this node's
+/// underlay address, accepting the source node only.
+fn listen_for_incoming(
+    qmp: Option<&Path>,
+    incoming: &Path,
+    here: IpAddr,
+    source: IpAddr,
+) -> anyhow::Result<(Option<Proxy>, SocketAddr)> {
+    let Some(qmp) = qmp else {
+        // No guest (`--no-guests`): no state to receive; the address still says "ready".
+        return Ok((None, SocketAddr::new(here, 0)));
+    };
+    let _ = std::fs::remove_file(incoming);
+    let mut client = QmpClient::connect(qmp).context("the target QEMU's QMP")?;
+    client
+        .execute(&migrate::migrate_incoming(&format!(
+            "unix:{}",
+            incoming.display()
+        )))
+        .context("migrate-incoming")?;
+    let (proxy, address) = Proxy::target(SocketAddr::new(here, 0), source, incoming)?;
+    Ok((Some(proxy), address))
+}
+
+/// Whether the target guest runs; once it does, the pod's quiet tables go and then
+/// `announce-self`. A paused target (it should not be: QEMU resumes after the incoming state
+/// unless started with `-S`) gets `cont`.
+fn resume_and_announce(qmp: Option<&Path>, netns_path: &str) -> anyhow::Result<bool> {
+    let Some(qmp) = qmp else {
+        crate::local::migration_quiet::remove(netns_path)?;
+        return Ok(true);
+    };
+    let mut client = QmpClient::connect(qmp).context("the target QEMU's QMP")?;
+    let status = client.execute(&migrate::query_status())?;
+    match status["status"].as_str().unwrap_or("") {
+        "running" => {}
+        "paused" | "postmigrate" => {
+            client.execute(&migrate::cont()).context("cont")?;
+        }
+        _ => return Ok(false),
+    }
+    crate::local::migration_quiet::remove(netns_path)?;
+    client
+        .execute(&migrate::announce_self())
+        .context("announce-self")?;
+    Ok(true)
+}
+
+async fn source_step(
+    agent: &Arc<Agent>,
+    pod: &Pod,
+    launcher: &mut LauncherState,
+    migration: &mut PodMigration,
+) -> anyhow::Result<()> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let vmi = Api::<VirtualMachineInstance>::namespaced(agent.store.clone(), &ns)
+        .get_required(&launcher.vmi)
+        .await?;
+    let Some(state) = vmim::vmi_migration_state(&vmi).filter(|s| s.source_pod == pod.metadata.name) else {
+        return Ok(());
+    };
+    let uid = state.migration_uid.clone();
+    let Some(source) = migration.source.as_mut() else {
+        let startable = !state.is_final()
+            && !state.abort_requested
+            && !state.target_node_address.is_empty()
+            && !migration.done.contains(&uid);
+        if !startable {
+            return Ok(());
+        }
+        let now = weft_store::now_rfc3339();
+        let Some(guest) = launcher.guest.as_ref() else {
+            // No guest (`--no-guests`): nothing to transfer.
+            migration.done.insert(uid.clone());
+            return update_state(agent, &ns, &launcher.vmi, &uid, |s| {
+                s.start_timestamp = Some(now.clone());
+                s.end_timestamp = Some(now.clone());
+                s.mode = vmim::MODE_PRE_COPY.into();
+                s.completed = true;
+            })
+            .await;
+        };
+        let port = state
+            .target_direct_migration_node_ports
+            .iter()
+            .find(|(_, role)| **role == 0)
+            .and_then(|(port, _)| port.parse::<u16>().ok())
+            .context("migrationState has no target port")?;
+        let ip: IpAddr = state
+            .target_node_address
+            .parse()
+            .context("migrationState.targetNodeAddress")?;
+        let bandwidth = find_migration(agent, &ns, &uid)
+            .await?
+            .and_then(|m| {
+                m.metadata
+                    .annotation(BANDWIDTH_ANNOTATION)
+                    .and_then(|b| b.parse().ok())
+            })
+            .unwrap_or(migrate::MAX_BANDWIDTH);
+        let cancel = Arc::new(AtomicBool::new(false));
+        let progress = Arc::new(Mutex::new(MigrationProgress::default()));
+        let (qmp, socket) = (guest.spec().qmp_socket(), launcher.dir.join(OUTGOING_SOCKET));
+        let (cancel2, progress2) = (cancel.clone(), progress.clone());
+        let driver = std::thread::Builder::new()
+            .name("weft-migrate".into())
+            .spawn(move || {
+                let target = SocketAddr::new(ip, port);
+                drive(&qmp, &socket, target, bandwidth, &cancel2, &progress2)
+            })
+            .context("spawn the migration thread")?;
+        migration.source = Some(SourceSide {
+            uid: uid.clone(),
+            cancel,
+            progress,
+            driver: Some(driver),
+            written: None,
+        });
+        return update_state(agent, &ns, &launcher.vmi, &uid, |s| {
+            s.start_timestamp = Some(now.clone());
+            s.mode = vmim::MODE_PRE_COPY.into();
+        })
+        .await;
+    };
+    if source.uid != uid {
+        return Ok(());
+    }
+    if state.abort_requested {
+        source.cancel.store(true, Ordering::SeqCst);
+    }
+    let progress = source.progress.lock().map(|p| p.clone()).unwrap_or_default();
+    if source.written.as_ref() != Some(&progress) && progress.status != "none" {
+        write_progress(agent, &ns, &uid, &progress).await?;
+        source.written = Some(progress);
+    }
+    if !source.driver.as_ref().is_some_and(JoinHandle::is_finished) {
+        return Ok(());
+    }
+    let outcome = match source.driver.take().map(JoinHandle::join) {
+        Some(Ok(outcome)) => outcome,
+        _ => Outcome::Failed {
+            reason: "the migration thread panicked".into(),
+            aborted: false,
+        },
+    };
+    let final_progress = source.progress.lock().map(|p| p.clone()).unwrap_or_default();
+    write_progress(agent, &ns, &uid, &final_progress).await?;
+    migration.source = None;
+    migration.done.insert(uid.clone());
+    let now = weft_store::now_rfc3339();
+    update_state(agent, &ns, &launcher.vmi, &uid, |s| {
+        s.end_timestamp = Some(now.clone());
+        match &outcome {
+            Outcome::Completed => s.completed = true,
+            Outcome::Failed { reason, aborted } => {
+                s.failed = true;
+                s.failure_reason = reason.clone();
+                if *aborted || s.abort_requested {
+                    s.abort_status = "Succeeded".into();
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// The source side of one migration (a thread): proxy, parameters, `migrate`, then
+/// `query-migrate` until it ends, cancelling when asked. On failure the source guest runs on.
+fn drive(
+    qmp: &Path,
+    socket: &Path,
+    target: SocketAddr,
+    bandwidth: u64,
+    cancel: &AtomicBool,
+    progress: &Mutex<MigrationProgress>,
+) -> Outcome {
+    let fail = |reason: String| Outcome::Failed {
+        reason,
+        aborted: false,
+    };
+    let proxy = match Proxy::source(socket, target) {
+        Ok(proxy) => proxy,
+        Err(e) => return fail(format!("{e}")),
+    };
+    let mut client = match QmpClient::connect(qmp) {
+        Ok(client) => client,
+        Err(e) => return fail(format!("the source QEMU's QMP: {e}")),
+    };
+    // The target pod is wired: whatever its CNI ADD sent with the guest's addresses (a
+    // gratuitous ARP over a packet socket passes the quiet tables) is undone by the running
+    // source guest announcing itself (GARP and unsolicited NA from the guest, RARP from QEMU),
+    // so the peers' caches and the bridges' FDBs point at the source until the switch-over.
+    if let Err(e) = client.execute(&migrate::announce_self()) {
+        tracing::warn!("announce-self on the source: {e}");
+    }
+    let started = client
+        .execute(&migrate::set_parameters(migrate::DOWNTIME_LIMIT_MS, bandwidth))
+        .and_then(|_| client.execute(&migrate::migrate(&format!("unix:{}", socket.display()))));
+    if let Err(e) = started {
+        return fail(format!("{e}"));
+    }
+    let mut cancelled = false;
+    let last = loop {
+        if cancel.load(Ordering::SeqCst) && !cancelled {
+            cancelled = true;
+            if let Err(e) = client.execute(&migrate::cancel()) {
+                tracing::warn!("migrate_cancel: {e}");
+            }
+        }
+        let now = match client.execute(&migrate::query_migrate()) {
+            Ok(value) => MigrationProgress::parse(&value),
+            Err(e) => return fail(format!("query-migrate: {e}")),
+        };
+        if let Ok(mut shared) = progress.lock() {
+            *shared = now.clone();
+        }
+        if now.is_final() {
+            break now;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let reached = proxy.connected();
+    // Let the relay drain what QEMU wrote last, then close it.
+    drain(proxy, Duration::from_secs(10), last.status.as_str());
+    match last.status.as_str() {
+        "completed" => Outcome::Completed,
+        status => {
+            // QEMU resumes the source itself after a failed or cancelled migration; make sure.
+            if let Ok(value) = client.execute(&migrate::query_status())
+                && value["status"] != "running"
+            {
+                let _ = client.execute(&migrate::cont());
+            }
+            Outcome::Failed {
+                reason: match (&last.error, reached) {
+                    (Some(error), true) => error.clone(),
+                    (Some(error), false) => {
+                        format!("the target node's migration proxy was not reached: {error}")
+                    }
+                    (None, _) => format!("the migration was {status}"),
+                },
+                aborted: cancelled || status == "cancelled",
+            }
+        }
+    }
+}
+
+/// Wait (bounded) for a relay to finish on its own, then close it.
+fn drain(proxy: Proxy, limit: Duration, status: &str) {
+    let deadline = Instant::now() + limit;
+    while !proxy.finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    tracing::info!(status, relayed = proxy.relayed(), "migration stream closed");
+    proxy.close();
+}
+
+/// Modify the VMI's `migrationState` when it is migration `uid`'s.
+async fn update_state(
+    agent: &Arc<Agent>,
+    namespace: &str,
+    vmi: &str,
+    uid: &str,
+    change: impl Fn(&mut MigrationState),
+) -> anyhow::Result<()> {
+    Api::<VirtualMachineInstance>::namespaced(agent.store.clone(), namespace)
+        .modify_status(vmi, |v| {
+            let Some(mut state) = vmim::vmi_migration_state(v).filter(|s| s.migration_uid == uid) else {
+                return false;
+            };
+            change(&mut state);
+            vmim::set_vmi_migration_state(v, &state)
+        })
+        .await?;
+    Ok(())
+}
+
+/// Write `query-migrate` progress to the migration object's annotation.
+async fn write_progress(
+    agent: &Arc<Agent>,
+    namespace: &str,
+    uid: &str,
+    progress: &MigrationProgress,
+) -> anyhow::Result<()> {
+    let api = Api::<VirtualMachineInstanceMigration>::namespaced(agent.store.clone(), namespace);
+    let Some(vmim) = find_migration(agent, namespace, uid).await? else {
+        return Ok(());
+    };
+    let text = serde_json::to_string(progress)?;
+    let result = api
+        .modify_status(&vmim.metadata.name, |m| {
+            if m.metadata.annotation(MIGRATION_PROGRESS_ANNOTATION) == Some(text.as_str()) {
+                return false;
+            }
+            m.metadata
+                .annotations
+                .insert(MIGRATION_PROGRESS_ANNOTATION.into(), text.clone());
+            true
+        })
+        .await;
+    match result {
+        Err(e) if e.is_not_found() => Ok(()),
+        other => other.map(drop).map_err(Into::into),
+    }
+}
+
+/// The migration object with `uid`, if it still exists.
+async fn find_migration(
+    agent: &Arc<Agent>,
+    namespace: &str,
+    uid: &str,
+) -> anyhow::Result<Option<VirtualMachineInstanceMigration>> {
+    Ok(
+        Api::<VirtualMachineInstanceMigration>::namespaced(agent.store.clone(), namespace)
+            .list(&Default::default())
+            .await?
+            .into_iter()
+            .find(|m| m.metadata.uid.as_deref() == Some(uid)),
+    )
+}
