@@ -157,19 +157,16 @@ fn phase(subject: &Subject, workers: usize, cycles: usize, dir: &Path) -> Figure
                         duplicates += 1;
                         failures.push(format!("duplicate {ip}: {other} and {id}"));
                     }
+                    // The address may be handed out again as soon as its DEL starts (the
+                    // release commits before the DEL process returns): live until then.
+                    if let Some(ip) = ip {
+                        live.lock().unwrap().remove(&ip);
+                    }
                     let t = Instant::now();
                     if let Err(e) = exec(&subject.program, &subject.env, "DEL", &id, &dir, &stdin) {
                         failures.push(format!("{e:#}"));
                     }
                     del += t.elapsed();
-                    // The address is ours until its DEL returned: only then may another worker
-                    // get it without that being a duplicate.
-                    if let Some(ip) = ip {
-                        let mut live = live.lock().unwrap();
-                        if live.get(&ip) == Some(&id) {
-                            live.remove(&ip);
-                        }
-                    }
                 }
                 (add, del, duplicates, failures)
             })
