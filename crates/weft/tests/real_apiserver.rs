@@ -73,7 +73,8 @@ fn calls(cluster: &RealCluster, mark: usize, user: &str) -> Vec<String> {
 }
 
 /// What every scenario checks: requests of weft's components the API server answered 403 or
-/// 422, and warnings repeated in their logs (each one a finding).
+/// 422 (audit log), rejections their logs report, and warnings repeated in their logs (each one
+/// a finding).
 fn findings(cluster: &RealCluster, logs: &[(&str, String)]) -> Vec<String> {
     cluster.print_request_counts();
     let mut found: Vec<String> = cluster
@@ -84,6 +85,21 @@ fn findings(cluster: &RealCluster, logs: &[(&str, String)]) -> Vec<String> {
     // One line per distinct rejection is enough for the report.
     found.dedup();
     for (who, log) in logs {
+        // The components' own account of a rejection (403 Forbidden, 422 Invalid), once each.
+        let mut said: Vec<&str> = log
+            .lines()
+            .filter(|l| {
+                ["is forbidden", "is invalid", " 403", " 422"]
+                    .iter()
+                    .any(|m| l.contains(m))
+            })
+            .map(|l| l.split_once(' ').map_or(l, |(_, rest)| rest))
+            .collect();
+        said.sort();
+        said.dedup();
+        for line in said {
+            found.push(format!("{who}'s log reports a rejection: {line}"));
+        }
         for (line, n) in repeated_warnings(log) {
             found.push(format!("repeated warning in {who}'s log: {n}x {line}"));
         }
