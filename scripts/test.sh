@@ -15,7 +15,15 @@ else
     echo "not root: the root tests are skipped (run as root for the full suite)" >&2
     run_ignored=()
 fi
+# The one named exception to "as root every root test runs": real_apiserver needs a
+# kube-apiserver binary (WEFT_KUBE_APISERVER, see DEVELOPERS.md) that no package ships. Without
+# it that binary is left out and said so: its tests are never run, so never counted as passed.
+filter='not binary(zz_leak_check)'
+if [ -z "${WEFT_KUBE_APISERVER:-}" ]; then
+    echo "WEFT_KUBE_APISERVER unset: the real_apiserver tests are skipped (not run)" >&2
+    filter="$filter and not binary(real_apiserver)"
+fi
 # The leak check runs alone once every other test is done: nextest runs test binaries in
 # parallel, so it cannot be ordered last inside one run.
-cargo nextest run --workspace "${run_ignored[@]}" -E 'not binary(zz_leak_check)' "$@"
+cargo nextest run --workspace "${run_ignored[@]}" -E "$filter" "$@"
 cargo nextest run --workspace "${run_ignored[@]}" -E 'binary(zz_leak_check)'

@@ -10,6 +10,10 @@
 //! cargo run --release -p weft --example ipam_bench -- [cycles per worker] [workers] [rounds]
 //! ```
 //!
+//! With `WEFT_BENCH_KUBECONFIG=<kubeconfig>` (the `weft-node` ServiceAccount's, on an API server
+//! with deploy/'s CRDs and RBAC) it first runs weft-ipam on the Kubernetes backend: 1,000
+//! allocations from the workers through a `weft agent --kubeconfig`.
+//!
 //! The weft binary is `target/<profile>/weft` next to this example (built first if `cargo`
 //! started us), or `$WEFT_BIN`; host-local is `/usr/lib/cni/host-local` or `$HOST_LOCAL`.
 
@@ -24,6 +28,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use weft_testing::agent::AgentProcess;
+
+#[path = "ipam_bench/kube.rs"]
+mod kube;
 
 /// The pool every plugin allocates from.
 const RANGE: &str = "10.77.0.0/24";
@@ -150,6 +157,8 @@ fn phase(subject: &Subject, workers: usize, cycles: usize, dir: &Path) -> Figure
                         duplicates += 1;
                         failures.push(format!("duplicate {ip}: {other} and {id}"));
                     }
+                    // The address may be handed out again as soon as its DEL starts (the
+                    // release commits before the DEL process returns): live until then.
                     if let Some(ip) = ip {
                         live.lock().unwrap().remove(&ip);
                     }
@@ -390,6 +399,9 @@ fn main() -> Result<()> {
         );
     }
 
+    if let Some(kubeconfig) = std::env::var_os(kube::KUBECONFIG_ENV) {
+        kube_phase(Path::new(&kubeconfig), &weft_ipam, workers, tmp.path())?;
+    }
     println!(
         "{workers} workers x {cycles} ADD+DEL cycles, pool {RANGE}, {rounds} rounds (order rotates per round)"
     );
@@ -542,6 +554,42 @@ fn main() -> Result<()> {
     profile(workers, &dir)?;
     if total_duplicates > 0 {
         bail!("{total_duplicates} duplicate addresses");
+    }
+    Ok(())
+}
+
+/// weft-ipam on the Kubernetes backend: 1,000 allocations (ADD, then DEL) from `workers`
+/// concurrent processes on one pool, through a `weft agent --kubeconfig`.
+fn kube_phase(kubeconfig: &Path, weft_ipam: &Path, workers: usize, tmp: &Path) -> Result<()> {
+    let dir = tmp.join("kube");
+    let agent = kube::KubeAgent::start(&weft_binary()?, kubeconfig, &dir.join("weft-agent"))?;
+    let subject = Subject {
+        name: "weft-ipam on Kubernetes",
+        program: weft_ipam.to_path_buf(),
+        config: Some(json!({"cniVersion": "1.0.0", "name": "bench", "type": "bridge",
+                            "ipam": {"type": "weft-ipam", "range": RANGE, "gateway": GATEWAY}})),
+        env: agent.delegate_env(),
+    };
+    let cycles = 1000_usize.div_ceil(workers);
+    let f = phase(&subject, workers, cycles, &dir);
+    if let Some(first) = f.failures.first() {
+        bail!("{}: {} failures, first: {first}", subject.name, f.failures.len());
+    }
+    let calls = f.cycles as f64;
+    println!(
+        "Kubernetes API ({}): {} allocations from {workers} concurrent processes on {RANGE}: \
+         {:.0} allocations/s (ADD+DEL cycles/s; target >= 100), ADD {:.2} ms, DEL {:.2} ms, \
+         wall {:.2} s, duplicates {}",
+        kubeconfig.display(),
+        f.cycles,
+        f.per_second(),
+        f.add.as_secs_f64() * 1e3 / calls,
+        f.del.as_secs_f64() * 1e3 / calls,
+        f.elapsed.as_secs_f64(),
+        f.duplicates
+    );
+    if f.duplicates > 0 {
+        bail!("{} duplicate addresses on Kubernetes", f.duplicates);
     }
     Ok(())
 }
