@@ -5,6 +5,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
+pub mod runtime;
+
 /// True when running as root; otherwise prints why the test is skipped.
 pub fn root_or_skip(test: &str) -> bool {
     weft_testing::root_or_skip(test)
