@@ -29,6 +29,9 @@ use weft_cri_client::{CriClient, CriError};
 /// Every bounded wait of this test.
 const DEADLINE: Duration = Duration::from_secs(60);
 
+/// The cluster network's subnet.
+const CLUSTER_SUBNET: &str = "10.251.0.0/24";
+
 /// What the test runs besides weft.
 const TOOLS: &[&str] = &["containerd", "ctr", "podman", "runc", "nsenter", "busybox"];
 
@@ -251,7 +254,7 @@ fn containerd_cri_sandbox_gets_weft_networks_and_loses_them_on_remove() {
     // containerd's CNI bin dir: weft's plugins as installed, plus the loopback plugin the CRI
     // runs for every sandbox's lo. The cluster network lives in the agent's conf dir;
     // containerd's has only weft's shim.
-    let (plugins, agent_conf) = node_files(&state, "10.251.0.0/24");
+    let (plugins, agent_conf) = node_files(&state, CLUSTER_SUBNET);
     std::os::unix::fs::symlink("/usr/lib/cni/loopback", plugins.join("loopback")).unwrap();
     let cri_conf = work.join("net.d");
     let network = format!("weft-cri-{pid}");
@@ -382,30 +385,7 @@ fn containerd_cri_sandbox_gets_weft_networks_and_loses_them_on_remove() {
             agent_log()
         );
     }
-    let held = weft(&state, &["ipam", "list"]);
-    assert!(held.status.success(), "{}", text(&held));
-    assert!(
-        !String::from_utf8_lossy(&held.stdout).contains("192.168.87."),
-        "weft-ipam reservation left: {}",
-        text(&held)
-    );
-    for (dir, subnet) in [
-        (green_dir.join("green"), "192.168.88."),
-        (state.join("host-local/cluster"), "10.251.0."),
-    ] {
-        let left: Vec<String> = std::fs::read_dir(&dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|name| name.starts_with(subnet))
-            .collect();
-        assert!(
-            left.is_empty(),
-            "host-local address left in {}: {left:?}",
-            dir.display()
-        );
-    }
+    nads.assert_released(&state, CLUSTER_SUBNET, "after StopPodSandbox", &agent_log());
     client.remove_pod_sandbox(&sandbox).expect("RemovePodSandbox");
     assert!(
         client.list_pod_sandbox().expect("ListPodSandbox").is_empty(),

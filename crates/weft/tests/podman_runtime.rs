@@ -20,6 +20,20 @@ use common::*;
 /// What the tests run besides weft.
 const TOOLS: &[&str] = &["podman", "runc", "nsenter", "busybox"];
 
+/// The cluster network's subnet.
+const CLUSTER_SUBNET: &str = "10.250.0.0/24";
+
+/// The test's NADs `blue` and `green`, host-local leases of `green` under `green_dir`.
+fn nads(green_dir: &std::path::Path) -> BlueGreen<'_> {
+    BlueGreen {
+        blue_bridge: "br-blue",
+        blue_range: "192.168.77.0/24",
+        green_bridge: "br-green",
+        green_subnet: "192.168.78.0/24",
+        green_dir,
+    }
+}
+
 /// How long the agent may take to open its socket.
 const AGENT_DEADLINE: Duration = Duration::from_secs(20);
 
@@ -107,7 +121,7 @@ impl Fixture {
 
         // CNI plugin dir podman searches first: weft's plugins, as installed. The cluster
         // network lives in the agent's conf dir, not in podman's.
-        let (plugins, agent_conf_dir) = node_files(&state, "10.250.0.0/24");
+        let (plugins, agent_conf_dir) = node_files(&state, CLUSTER_SUBNET);
         // podman's network: weft's meta conflist.
         let podman_conf_dir = state.join("podman-net.d");
         write_meta_conflist(
@@ -151,13 +165,7 @@ default_network = "{network}"
         // Three NADs (the last one fails at ADD) and the pod podman will ask for (CNI_ARGS
         // K8S_POD_NAME=<container name>).
         let green_dir = state.join("host-local-green");
-        let nads = BlueGreen {
-            blue_bridge: "br-blue",
-            blue_range: "192.168.77.0/24",
-            green_bridge: "br-green",
-            green_subnet: "192.168.78.0/24",
-            green_dir: &green_dir,
-        };
+        let nads = nads(&green_dir);
         let broken = r#"---
 apiVersion: k8s.cni.cncf.io/v1
 kind: NetworkAttachmentDefinition
@@ -216,31 +224,7 @@ spec:
                 self.agent_log()
             );
         }
-        let held = weft(&self.state, &["ipam", "list"]);
-        assert!(held.status.success(), "{}", text(&held));
-        let held = String::from_utf8_lossy(&held.stdout).into_owned();
-        assert!(
-            !held.contains("192.168.77."),
-            "{when}: weft-ipam reservation left:\n{held}\nagent log:\n{}",
-            self.agent_log()
-        );
-        for (dir, subnet) in [
-            (self.green_dir.join("green"), "192.168.78."),
-            (self.state.join("host-local/cluster"), "10.250.0."),
-        ] {
-            let files: Vec<String> = std::fs::read_dir(&dir)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|name| name.starts_with(subnet))
-                .collect();
-            assert!(
-                files.is_empty(),
-                "{when}: host-local address left in {}: {files:?}",
-                dir.display()
-            );
-        }
+        nads(&self.green_dir).assert_released(&self.state, CLUSTER_SUBNET, when, &self.agent_log());
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{KillOnDrop, Netns, text, weft, weft_bin};
+use super::{KillOnDrop, Netns, agent_command, text, weft, weft_bin};
 
 /// Whether the test may run: root and every tool in `tools` on PATH; otherwise says why it
 /// skips (and panics under `WEFT_REQUIRE_ROOT_TESTS=1`, as CI runs, where they must be there).
@@ -115,6 +115,40 @@ spec: {{nodeName: n1}}
         let applied = weft(state, &["apply", "-f", manifest_file.to_str().unwrap()]);
         assert!(applied.status.success(), "{}", text(&applied));
     }
+    /// Panics (saying `when`, with `log`) unless every address of the pod is released: no
+    /// weft-ipam reservation in `blue`'s range, no host-local lease file of `green`'s subnet or
+    /// of the cluster network on `cluster_subnet` ([`super::node_files`]'s leases).
+    pub fn assert_released(&self, state: &Path, cluster_subnet: &str, when: &str, log: &str) {
+        let held = weft(state, &["ipam", "list"]);
+        assert!(held.status.success(), "{}", text(&held));
+        let held = String::from_utf8_lossy(&held.stdout).into_owned();
+        assert!(
+            !held.contains(subnet_prefix(self.blue_range)),
+            "{when}: weft-ipam reservation left:\n{held}\nagent log:\n{log}"
+        );
+        for (dir, subnet) in [
+            (self.green_dir.join("green"), self.green_subnet),
+            (state.join("host-local/cluster"), cluster_subnet),
+        ] {
+            let left: Vec<String> = std::fs::read_dir(&dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| name.starts_with(subnet_prefix(subnet)))
+                .collect();
+            assert!(
+                left.is_empty(),
+                "{when}: host-local address left in {}: {left:?}\nagent log:\n{log}",
+                dir.display()
+            );
+        }
+    }
+}
+
+/// `"192.168.77."` of `"192.168.77.0/24"`: what the addresses of a /24 start with.
+fn subnet_prefix(subnet: &str) -> &str {
+    subnet.rfind('.').map_or(subnet, |dot| &subnet[..=dot])
 }
 
 /// `weft agent --node n1` in `node`'s network namespace through `nsenter --net`, so it shares
@@ -130,25 +164,11 @@ pub fn start_node_agent(
     deadline: Duration,
 ) -> KillOnDrop {
     let socket = state.join("weft.sock");
-    let agent = Command::new("nsenter")
+    let mut nsenter = Command::new("nsenter");
+    nsenter
         .arg(format!("--net={}", node.path().display()))
-        .arg(weft_bin())
-        .arg("--state-dir")
-        .arg(state)
-        .args(["agent", "--node", "n1", "--socket"])
-        .arg(&socket)
-        .arg("--conf-dir")
-        .arg(conf_dir)
-        .arg("--cache-dir")
-        .arg(state.join("cache"))
-        .arg("--cni-bin-dir")
-        .arg(bin)
-        .arg("--cni-bin-dir")
-        .arg("/usr/lib/cni")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(state.join("agent.log")).unwrap())
-        .spawn()
-        .unwrap();
+        .arg(weft_bin());
+    let agent = agent_command(nsenter, state, conf_dir, bin).spawn().unwrap();
     let agent = KillOnDrop(agent);
     assert!(
         wait_for(deadline, || socket.exists()),
