@@ -9,6 +9,8 @@
 //! in for the guest's tap; netns "guest": eth0 with the guest's MAC, where dhcpcd runs. In the
 //! first test a neighbour on another bridge port must not hear the guest's advertisements.
 
+mod support;
+
 use weft_testing as common;
 
 use std::process::{Child, Stdio};
@@ -74,13 +76,7 @@ fn dhcpcd(guest: &Netns, dir: &std::path::Path) -> Client {
 }
 
 fn setup(tag: &str) -> (Netns, Netns) {
-    let pod = Netns::new(&format!("{tag}p"));
-    let guest = Netns::new(&format!("{tag}g"));
-    for netns in [&pod, &guest] {
-        for scope in ["all", "default"] {
-            netns.exec(&["sysctl", "-qw", &format!("net.ipv6.conf.{scope}.accept_dad=0")]);
-        }
-    }
+    let (pod, guest) = support::pod_and_guest_without_dad(tag);
     pod.ip(&[
         "link",
         "add",

@@ -1,6 +1,8 @@
 //! Root test: a DHCPv6 client in a "guest" netns gets the masquerade IPv6 lease from our server
 //! on the pod bridge (SOLICIT→ADVERTISE→REQUEST→REPLY, and rapid commit).
 
+mod support;
+
 use weft_testing as common;
 
 use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
@@ -88,13 +90,7 @@ fn dhcpv6_client_gets_the_masquerade_address() {
     if !can_run_root_test("dhcpv6_client_gets_the_masquerade_address") {
         return;
     }
-    let pod = Netns::new("d6p");
-    let guest = Netns::new("d6g");
-    for netns in [&pod, &guest] {
-        for scope in ["all", "default"] {
-            netns.exec(&["sysctl", "-qw", &format!("net.ipv6.conf.{scope}.accept_dad=0")]);
-        }
-    }
+    let (pod, guest) = support::pod_and_guest_without_dad("d6");
     pod.ip(&["link", "add", "wt-br0", "type", "bridge"]);
     pod.ip(&["addr", "add", "fd10:0:2::1/120", "dev", "wt-br0"]);
     pod.add_veth("wt-v0", &guest, "eth0");

@@ -9,6 +9,8 @@
 //! counted as dropped, nothing received on the attacker's socket) while the guest's own SOLICIT
 //! gets its ADVERTISE.
 
+mod support;
+
 use weft_testing as common;
 
 use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
@@ -19,7 +21,7 @@ use common::{Netns, can_run_root_test};
 use dhcproto::Decodable;
 use dhcproto::v6::{DhcpOption, IANA, Message, MessageType};
 use socket2::{Domain, Protocol, Socket, Type};
-use weft_dhcp::{ServerHandle, V6Config, bind_guest_v6, bind_in_netns, spawn_guest_v6, v6};
+use weft_dhcp::{V6Config, bind_guest_v6, bind_in_netns, spawn_guest_v6, v6};
 
 const GUEST: [u8; 6] = [0x02, 0, 0, 0x0a, 0, 0x01];
 const ATTACKER: [u8; 6] = [0x02, 0, 0, 0x0e, 0, 0x66];
@@ -77,31 +79,13 @@ fn send(socket: &UdpSocket, scope: u32, message: &Message) {
     socket.send_to(&v6::encode(message).unwrap(), servers).unwrap();
 }
 
-fn wait_dropped(server: &ServerHandle, at_least: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.stats().dropped.load(Ordering::Relaxed) < at_least {
-        assert!(
-            Instant::now() < deadline,
-            "server never dropped: {:?}",
-            server.stats()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 #[test]
 #[ignore = "needs root: scripts/test.sh runs it as root"]
 fn dhcpv6_neighbours_get_no_lease_and_the_guest_does() {
     if !can_run_root_test("dhcpv6_neighbours_get_no_lease_and_the_guest_does") {
         return;
     }
-    let pod = Netns::new("s6p");
-    let guest = Netns::new("s6g");
-    for netns in [&pod, &guest] {
-        for scope in ["all", "default"] {
-            netns.exec(&["sysctl", "-qw", &format!("net.ipv6.conf.{scope}.accept_dad=0")]);
-        }
-    }
+    let (pod, guest) = support::pod_and_guest_without_dad("s6");
     pod.ip(&["link", "add", "wt-br0", "type", "bridge", "mcast_snooping", "0"]);
     pod.ip(&["addr", "add", "fd10:0:2::1/120", "dev", "wt-br0"]);
     for (port, ifname, mac) in [("wt-v0", "eth0", GUEST), ("wt-v1", "eth1", ATTACKER)] {
@@ -128,11 +112,11 @@ fn dhcpv6_neighbours_get_no_lease_and_the_guest_does() {
             &solicit([0xa0, 0, n as u8], client_mac),
         );
         drops += 1;
-        wait_dropped(&server, drops);
+        support::wait_dropped(&server, drops);
     }
     send(&client, scope, &solicit([0xb0, 0, 0], ATTACKER));
     drops += 1;
-    wait_dropped(&server, drops);
+    support::wait_dropped(&server, drops);
     assert_eq!(
         server.stats().replied.load(Ordering::Relaxed),
         0,
