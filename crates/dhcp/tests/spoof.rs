@@ -29,13 +29,6 @@ const GUEST_MASQ: [u8; 6] = [0x02, 0, 0, 0x0a, 0, 0x01];
 const GUEST_BRIDGE: [u8; 6] = [0x02, 0, 0, 0x0b, 0, 0x01];
 const ATTACKER: [u8; 6] = [0x02, 0, 0, 0x0e, 0, 0x66];
 
-fn mac_text(mac: [u8; 6]) -> String {
-    mac.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
 fn checksum(bytes: &[u8]) -> u16 {
     let mut sum: u32 = bytes
         .chunks(2)
@@ -202,7 +195,7 @@ fn neighbours_spoofing_the_guest_get_no_lease_and_the_guest_does() {
     ] {
         pod.add_veth(port, &guest, ifname);
         pod.ip(&["link", "set", port, "master", bridge, "up"]);
-        guest.ip(&["link", "set", ifname, "address", &mac_text(mac), "up"]);
+        guest.ip(&["link", "set", ifname, "address", &support::mac_text(mac), "up"]);
     }
     let cases = [
         Case {
@@ -290,9 +283,21 @@ fn neighbours_spoofing_the_guest_get_no_lease_and_the_guest_does() {
         }
 
         // udhcpc on the attacker's port with the guest's MAC cloned: no lease.
-        guest.ip(&["link", "set", attacker_if, "address", &mac_text(guest_mac)]);
+        guest.ip(&[
+            "link",
+            "set",
+            attacker_if,
+            "address",
+            &support::mac_text(guest_mac),
+        ]);
         assert_eq!(udhcpc_leases(&guest, attacker_if, "2"), None, "{}", case.bridge);
-        guest.ip(&["link", "set", attacker_if, "address", &mac_text(ATTACKER)]);
+        guest.ip(&[
+            "link",
+            "set",
+            attacker_if,
+            "address",
+            &support::mac_text(ATTACKER),
+        ]);
     }
     for server in servers {
         server.stop().unwrap();
