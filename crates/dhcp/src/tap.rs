@@ -186,22 +186,26 @@ fn set_timeout(fd: &OwnedFd, timeout: Duration) -> io::Result<()> {
 /// pod's network namespace (see [`crate::bind_in_netns`]).
 pub fn bind_guest_v4(bridge: &str, tap: &str) -> io::Result<GuestSockets> {
     let udp = crate::server::bind_server_socket(bridge)?;
-    attach_filter(udp.as_raw_fd(), &DROP_ALL)?;
-    let (frames, tap_ifindex) = packet_socket(tap, &FILTER_V4)?;
-    Ok(GuestSockets {
-        udp,
-        frames,
-        tap_ifindex,
-        bridge_ifindex: ifindex(bridge)?,
-    })
+    bind_guest(bridge, udp, tap, &FILTER_V4)
 }
 
 /// The DHCPv6 sockets of the server for the guest behind `tap` on `bridge`. Call it inside the
 /// pod's network namespace.
 pub fn bind_guest_v6(bridge: &str, tap: &str) -> io::Result<GuestSockets> {
     let udp = crate::server::bind_server_socket_v6(bridge)?;
+    bind_guest(bridge, udp, tap, &FILTER_V6)
+}
+
+/// A guest NIC's sockets around the server's UDP socket `udp` on `bridge` (made to receive
+/// nothing) and a packet socket on `tap` that lets `filter`'s frames through.
+fn bind_guest(
+    bridge: &str,
+    udp: UdpSocket,
+    tap: &str,
+    filter: &[libc::sock_filter],
+) -> io::Result<GuestSockets> {
     attach_filter(udp.as_raw_fd(), &DROP_ALL)?;
-    let (frames, tap_ifindex) = packet_socket(tap, &FILTER_V6)?;
+    let (frames, tap_ifindex) = packet_socket(tap, filter)?;
     Ok(GuestSockets {
         udp,
         frames,

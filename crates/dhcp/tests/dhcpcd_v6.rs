@@ -9,13 +9,18 @@
 //! in for the guest's tap; netns "guest": eth0 with the guest's MAC, where dhcpcd runs. In the
 //! first test a neighbour on another bridge port must not hear the guest's advertisements.
 
+mod support;
+
 use weft_testing as common;
 
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{Netns, can_run_root_test};
-use weft_dhcp::{RaConfig, V6Config, bind_guest_v6, bind_in_netns, bind_ra, spawn_guest_v6, spawn_ra};
+use weft_dhcp::{
+    RaConfig, RaHandle, ServerHandle, V6Config, bind_guest_v6, bind_in_netns, bind_ra, spawn_guest_v6,
+    spawn_ra,
+};
 
 const GUEST: [u8; 6] = [0x02, 0, 0, 0x0a, 0, 0x01];
 const BRIDGE: [u8; 6] = [0x02, 0, 0, 0, 0, 0];
@@ -71,13 +76,7 @@ fn dhcpcd(guest: &Netns, dir: &std::path::Path) -> Client {
 }
 
 fn setup(tag: &str) -> (Netns, Netns) {
-    let pod = Netns::new(&format!("{tag}p"));
-    let guest = Netns::new(&format!("{tag}g"));
-    for netns in [&pod, &guest] {
-        for scope in ["all", "default"] {
-            netns.exec(&["sysctl", "-qw", &format!("net.ipv6.conf.{scope}.accept_dad=0")]);
-        }
-    }
+    let (pod, guest) = support::pod_and_guest_without_dad(tag);
     pod.ip(&[
         "link",
         "add",
@@ -106,15 +105,42 @@ fn ra(router_lifetime: u16) -> RaConfig {
     }
 }
 
+/// Whether test `name` can run: root and dhcpcd installed; otherwise says why it skips.
+fn prerequisites_or_skip(name: &str) -> bool {
+    if !can_run_root_test(name) {
+        return false;
+    }
+    if !std::path::Path::new(DHCPCD).exists() {
+        return common::skip(name, "dhcpcd not installed (dhcpcd-base)");
+    }
+    true
+}
+
+/// The guest NIC's servers in `pod` (DHCPv6 offering fd10:0:2::2, router advertisements with
+/// `router_lifetime`) and dhcpcd in `guest`, logging into `dir`; all stop on drop.
+struct Served {
+    server: ServerHandle,
+    advertiser: RaHandle,
+    _client: Client,
+}
+
+fn serve(pod: &Netns, guest: &Netns, dir: &std::path::Path, router_lifetime: u16) -> Served {
+    let sockets = bind_in_netns(&pod.path(), || bind_guest_v6("wt-br0", "wt-v0")).unwrap();
+    let server = spawn_guest_v6(sockets, V6Config::new("fd10:0:2::2".parse().unwrap()), GUEST).unwrap();
+    let socket = bind_in_netns(&pod.path(), || bind_ra("wt-v0")).unwrap();
+    let advertiser = spawn_ra(socket, ra(router_lifetime)).unwrap();
+    let _client = dhcpcd(guest, dir);
+    Served {
+        server,
+        advertiser,
+        _client,
+    }
+}
+
 #[test]
 #[ignore = "needs root: scripts/test.sh runs it as root"]
 fn dhcpcd_gets_the_address_and_a_default_route_via_the_bridge() {
-    let name = "dhcpcd_gets_the_address_and_a_default_route_via_the_bridge";
-    if !can_run_root_test(name) {
-        return;
-    }
-    if !std::path::Path::new(DHCPCD).exists() {
-        common::skip(name, "dhcpcd not installed (dhcpcd-base)");
+    if !prerequisites_or_skip("dhcpcd_gets_the_address_and_a_default_route_via_the_bridge") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -126,11 +152,7 @@ fn dhcpcd_gets_the_address_and_a_default_route_via_the_bridge() {
     pod.add_veth("wt-v1", &neighbour, "eth0");
     pod.ip(&["link", "set", "wt-v1", "master", "wt-br0", "up"]);
     neighbour.ip(&["link", "set", "eth0", "up"]);
-    let sockets = bind_in_netns(&pod.path(), || bind_guest_v6("wt-br0", "wt-v0")).unwrap();
-    let server = spawn_guest_v6(sockets, V6Config::new("fd10:0:2::2".parse().unwrap()), GUEST).unwrap();
-    let socket = bind_in_netns(&pod.path(), || bind_ra("wt-v0")).unwrap();
-    let advertiser = spawn_ra(socket, ra(weft_dhcp::ra::DEFAULT_ROUTER_LIFETIME)).unwrap();
-    let _client = dhcpcd(&guest, dir.path());
+    let served = serve(&pod, &guest, dir.path(), weft_dhcp::ra::DEFAULT_ROUTER_LIFETIME);
     let log = || std::fs::read_to_string(dir.path().join("dhcpcd.log")).unwrap_or_default();
 
     let addresses = wait_for(
@@ -168,13 +190,19 @@ fn dhcpcd_gets_the_address_and_a_default_route_via_the_bridge() {
     assert!(bridge.contains("fe80::ff:fe00:0"), "{bridge}");
     guest.exec(&["busybox", "ping", "-c", "1", "-W", "5", "fd10:0:2::1"]);
     assert!(
-        server.stats().replied.load(std::sync::atomic::Ordering::Relaxed) >= 2,
+        served
+            .server
+            .stats()
+            .replied
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 2,
         "ADVERTISE and REPLY (a fresh client solicits): {:?}\n{}",
-        server.stats(),
+        served.server.stats(),
         log()
     );
     assert!(
-        advertiser
+        served
+            .advertiser
             .stats()
             .solicited
             .load(std::sync::atomic::Ordering::Relaxed)
@@ -188,21 +216,12 @@ fn dhcpcd_gets_the_address_and_a_default_route_via_the_bridge() {
 #[test]
 #[ignore = "needs root: scripts/test.sh runs it as root"]
 fn a_prefix_only_advertisement_gives_the_on_link_route_and_no_default() {
-    let name = "a_prefix_only_advertisement_gives_the_on_link_route_and_no_default";
-    if !can_run_root_test(name) {
-        return;
-    }
-    if !std::path::Path::new(DHCPCD).exists() {
-        common::skip(name, "dhcpcd not installed (dhcpcd-base)");
+    if !prerequisites_or_skip("a_prefix_only_advertisement_gives_the_on_link_route_and_no_default") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let (pod, guest) = setup("d6b");
-    let sockets = bind_in_netns(&pod.path(), || bind_guest_v6("wt-br0", "wt-v0")).unwrap();
-    let _server = spawn_guest_v6(sockets, V6Config::new("fd10:0:2::2".parse().unwrap()), GUEST).unwrap();
-    let socket = bind_in_netns(&pod.path(), || bind_ra("wt-v0")).unwrap();
-    let _advertiser = spawn_ra(socket, ra(0)).unwrap();
-    let _client = dhcpcd(&guest, dir.path());
+    let _served = serve(&pod, &guest, dir.path(), 0);
     let log = || std::fs::read_to_string(dir.path().join("dhcpcd.log")).unwrap_or_default();
     wait_for(
         &guest,

@@ -1,46 +1,16 @@
 //! Root test: a DHCPv6 client in a "guest" netns gets the masquerade IPv6 lease from our server
 //! on the pod bridge (SOLICIT→ADVERTISE→REQUEST→REPLY, and rapid commit).
 
+mod support;
+
 use weft_testing as common;
 
 use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
-use std::time::{Duration, Instant};
 
-use common::{Netns, can_run_root_test};
+use common::can_run_root_test;
 use dhcproto::Decodable;
 use dhcproto::v6::{DhcpOption, IANA, Message, MessageType, OptionCode};
-use socket2::{Domain, Protocol, Socket, Type};
 use weft_dhcp::{V6Config, bind_server_socket_v6, spawn_v6, v6};
-
-fn ifindex(name: &str) -> u32 {
-    let name = std::ffi::CString::new(name).unwrap();
-    // SAFETY: valid NUL-terminated string.
-    unsafe { libc::if_nametoindex(name.as_ptr()) }
-}
-
-fn client_socket(ifname: &str) -> (UdpSocket, u32) {
-    let socket = Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP)).unwrap();
-    socket.set_only_v6(true).unwrap();
-    socket.bind_device(Some(ifname.as_bytes())).unwrap();
-    socket
-        .bind(&SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, v6::CLIENT_PORT, 0, 0).into())
-        .unwrap();
-    socket.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-    (socket.into(), ifindex(ifname))
-}
-
-fn wait_for_link_local(netns: &Netns, ifname: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        let out = netns.ip(&["-6", "addr", "show", "dev", ifname]);
-        let text = String::from_utf8_lossy(&out.stdout);
-        if text.contains("fe80") && !text.contains("tentative") {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("no link-local address on {ifname} in {}", netns.name);
-}
 
 fn exchange(socket: &UdpSocket, scope: u32, request: &Message) -> Message {
     let servers = SocketAddrV6::new(v6::ALL_SERVERS, v6::SERVER_PORT, 0, scope);
@@ -88,28 +58,22 @@ fn dhcpv6_client_gets_the_masquerade_address() {
     if !can_run_root_test("dhcpv6_client_gets_the_masquerade_address") {
         return;
     }
-    let pod = Netns::new("d6p");
-    let guest = Netns::new("d6g");
-    for netns in [&pod, &guest] {
-        for scope in ["all", "default"] {
-            netns.exec(&["sysctl", "-qw", &format!("net.ipv6.conf.{scope}.accept_dad=0")]);
-        }
-    }
+    let (pod, guest) = support::pod_and_guest_without_dad("d6");
     pod.ip(&["link", "add", "wt-br0", "type", "bridge"]);
     pod.ip(&["addr", "add", "fd10:0:2::1/120", "dev", "wt-br0"]);
     pod.add_veth("wt-v0", &guest, "eth0");
     pod.ip(&["link", "set", "wt-v0", "master", "wt-br0", "up"]);
     pod.ip(&["link", "set", "wt-br0", "up"]);
     guest.ip(&["link", "set", "eth0", "up"]);
-    wait_for_link_local(&pod, "wt-br0");
-    wait_for_link_local(&guest, "eth0");
+    support::wait_for_link_local(&pod, "wt-br0");
+    support::wait_for_link_local(&guest, "eth0");
 
     let guest_ip: Ipv6Addr = "fd10:0:2::2".parse().unwrap();
     let mut config = V6Config::new(guest_ip);
     config.dns_servers = vec!["fd00::10".parse().unwrap()];
     let socket = pod.enter(|| bind_server_socket_v6("wt-br0")).unwrap();
     let server = spawn_v6(socket, config.clone()).unwrap();
-    let (client, scope) = guest.enter(|| client_socket("eth0"));
+    let (client, scope) = guest.enter(|| support::client_socket_v6("eth0"));
 
     let advertise = exchange(&client, scope, &solicit([0, 0, 1], false));
     assert_eq!(advertise.msg_type(), MessageType::Advertise);

@@ -13,27 +13,21 @@
 //! udhcpc on the guest's port gets its lease afterwards, and udhcpc on the attacker's port with
 //! the guest's MAC gets none.
 
+mod support;
+
 use weft_testing as common;
 
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
 
 use common::{Netns, can_run_root_test};
 use dhcproto::v4::{DhcpOption, Message, MessageType};
-use weft_dhcp::{ServerConfig, ServerHandle, bind_guest_v4, bind_in_netns, spawn_guest};
+use weft_dhcp::{ServerConfig, bind_guest_v4, bind_in_netns, spawn_guest};
 
 const GUEST_MASQ: [u8; 6] = [0x02, 0, 0, 0x0a, 0, 0x01];
 const GUEST_BRIDGE: [u8; 6] = [0x02, 0, 0, 0x0b, 0, 0x01];
 const ATTACKER: [u8; 6] = [0x02, 0, 0, 0x0e, 0, 0x66];
-
-fn mac_text(mac: [u8; 6]) -> String {
-    mac.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
 
 fn checksum(bytes: &[u8]) -> u16 {
     let mut sum: u32 = bytes
@@ -149,19 +143,6 @@ fn reply_xids(fd: &OwnedFd) -> Vec<u32> {
     xids
 }
 
-/// Waits (bounded) until the server counted `at_least` drops.
-fn wait_dropped(server: &ServerHandle, at_least: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.stats().dropped.load(Ordering::Relaxed) < at_least {
-        assert!(
-            Instant::now() < deadline,
-            "server never dropped: {:?}",
-            server.stats()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 fn udhcpc_leases(guest: &Netns, ifname: &str, tries: &str) -> Option<String> {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("script.sh");
@@ -214,7 +195,7 @@ fn neighbours_spoofing_the_guest_get_no_lease_and_the_guest_does() {
     ] {
         pod.add_veth(port, &guest, ifname);
         pod.ip(&["link", "set", port, "master", bridge, "up"]);
-        guest.ip(&["link", "set", ifname, "address", &mac_text(mac), "up"]);
+        guest.ip(&["link", "set", ifname, "address", &support::mac_text(mac), "up"]);
     }
     let cases = [
         Case {
@@ -269,7 +250,7 @@ fn neighbours_spoofing_the_guest_get_no_lease_and_the_guest_does() {
                 guest.enter(move || send_frame(&packet_socket(port), &frame));
                 // Each attack frame reaches the guest server's port (in, or flooded out) once.
                 expected_drops += 1;
-                wait_dropped(server, expected_drops);
+                support::wait_dropped(server, expected_drops);
             }
         }
         assert_eq!(
@@ -302,9 +283,21 @@ fn neighbours_spoofing_the_guest_get_no_lease_and_the_guest_does() {
         }
 
         // udhcpc on the attacker's port with the guest's MAC cloned: no lease.
-        guest.ip(&["link", "set", attacker_if, "address", &mac_text(guest_mac)]);
+        guest.ip(&[
+            "link",
+            "set",
+            attacker_if,
+            "address",
+            &support::mac_text(guest_mac),
+        ]);
         assert_eq!(udhcpc_leases(&guest, attacker_if, "2"), None, "{}", case.bridge);
-        guest.ip(&["link", "set", attacker_if, "address", &mac_text(ATTACKER)]);
+        guest.ip(&[
+            "link",
+            "set",
+            attacker_if,
+            "address",
+            &support::mac_text(ATTACKER),
+        ]);
     }
     for server in servers {
         server.stop().unwrap();

@@ -9,55 +9,20 @@
 //! counted as dropped, nothing received on the attacker's socket) while the guest's own SOLICIT
 //! gets its ADVERTISE.
 
+mod support;
+
 use weft_testing as common;
 
 use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
 
-use common::{Netns, can_run_root_test};
+use common::can_run_root_test;
 use dhcproto::Decodable;
 use dhcproto::v6::{DhcpOption, IANA, Message, MessageType};
-use socket2::{Domain, Protocol, Socket, Type};
-use weft_dhcp::{ServerHandle, V6Config, bind_guest_v6, bind_in_netns, spawn_guest_v6, v6};
+use weft_dhcp::{V6Config, bind_guest_v6, bind_in_netns, spawn_guest_v6, v6};
 
 const GUEST: [u8; 6] = [0x02, 0, 0, 0x0a, 0, 0x01];
 const ATTACKER: [u8; 6] = [0x02, 0, 0, 0x0e, 0, 0x66];
-
-fn mac_text(mac: [u8; 6]) -> String {
-    mac.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
-fn client_socket(ifname: &str) -> (UdpSocket, u32) {
-    let socket = Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP)).unwrap();
-    socket.set_only_v6(true).unwrap();
-    socket.bind_device(Some(ifname.as_bytes())).unwrap();
-    socket
-        .bind(&SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, v6::CLIENT_PORT, 0, 0).into())
-        .unwrap();
-    socket.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-    (socket.into(), weft_dhcp::tap::ifindex(ifname).unwrap())
-}
-
-fn wait_for_link_local(netns: &Netns, ifname: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let out = netns.ip(&["-6", "addr", "show", "dev", ifname]);
-        let text = String::from_utf8_lossy(&out.stdout);
-        if text.contains("fe80") && !text.contains("tentative") {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no link-local address on {ifname} in {}",
-            netns.name
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 fn solicit(xid: [u8; 3], client_mac: [u8; 6]) -> Message {
     let mut message = Message::new_with_id(MessageType::Solicit, xid);
@@ -77,48 +42,30 @@ fn send(socket: &UdpSocket, scope: u32, message: &Message) {
     socket.send_to(&v6::encode(message).unwrap(), servers).unwrap();
 }
 
-fn wait_dropped(server: &ServerHandle, at_least: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.stats().dropped.load(Ordering::Relaxed) < at_least {
-        assert!(
-            Instant::now() < deadline,
-            "server never dropped: {:?}",
-            server.stats()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 #[test]
 #[ignore = "needs root: scripts/test.sh runs it as root"]
 fn dhcpv6_neighbours_get_no_lease_and_the_guest_does() {
     if !can_run_root_test("dhcpv6_neighbours_get_no_lease_and_the_guest_does") {
         return;
     }
-    let pod = Netns::new("s6p");
-    let guest = Netns::new("s6g");
-    for netns in [&pod, &guest] {
-        for scope in ["all", "default"] {
-            netns.exec(&["sysctl", "-qw", &format!("net.ipv6.conf.{scope}.accept_dad=0")]);
-        }
-    }
+    let (pod, guest) = support::pod_and_guest_without_dad("s6");
     pod.ip(&["link", "add", "wt-br0", "type", "bridge", "mcast_snooping", "0"]);
     pod.ip(&["addr", "add", "fd10:0:2::1/120", "dev", "wt-br0"]);
     for (port, ifname, mac) in [("wt-v0", "eth0", GUEST), ("wt-v1", "eth1", ATTACKER)] {
         pod.add_veth(port, &guest, ifname);
         pod.ip(&["link", "set", port, "master", "wt-br0", "up"]);
-        guest.ip(&["link", "set", ifname, "address", &mac_text(mac), "up"]);
+        guest.ip(&["link", "set", ifname, "address", &support::mac_text(mac), "up"]);
     }
     pod.ip(&["link", "set", "wt-br0", "up"]);
-    wait_for_link_local(&pod, "wt-br0");
-    wait_for_link_local(&guest, "eth0");
-    wait_for_link_local(&guest, "eth1");
+    support::wait_for_link_local(&pod, "wt-br0");
+    support::wait_for_link_local(&guest, "eth0");
+    support::wait_for_link_local(&guest, "eth1");
 
     let guest_ip: Ipv6Addr = "fd10:0:2::2".parse().unwrap();
     let sockets = bind_in_netns(&pod.path(), || bind_guest_v6("wt-br0", "wt-v0")).unwrap();
     let server = spawn_guest_v6(sockets, V6Config::new(guest_ip), GUEST).unwrap();
-    let (attacker, attacker_scope) = guest.enter(|| client_socket("eth1"));
-    let (client, scope) = guest.enter(|| client_socket("eth0"));
+    let (attacker, attacker_scope) = guest.enter(|| support::client_socket_v6("eth1"));
+    let (client, scope) = guest.enter(|| support::client_socket_v6("eth0"));
 
     let mut drops = 0;
     for (n, client_mac) in [ATTACKER, GUEST].into_iter().enumerate() {
@@ -128,11 +75,11 @@ fn dhcpv6_neighbours_get_no_lease_and_the_guest_does() {
             &solicit([0xa0, 0, n as u8], client_mac),
         );
         drops += 1;
-        wait_dropped(&server, drops);
+        support::wait_dropped(&server, drops);
     }
     send(&client, scope, &solicit([0xb0, 0, 0], ATTACKER));
     drops += 1;
-    wait_dropped(&server, drops);
+    support::wait_dropped(&server, drops);
     assert_eq!(
         server.stats().replied.load(Ordering::Relaxed),
         0,

@@ -143,6 +143,17 @@ pub fn bridge_lease(
         (Some(IpNet::V4(address)), Some(server_ip)) => Some(bridge_lease_v4(address, server_ip, pod_routes)),
         _ => None,
     };
+    guest_lease(bridge, guest_mac, mtu, ipv4, ipv6)
+}
+
+/// The lease served on `bridge` to `guest_mac` only; `None` when neither family is given.
+fn guest_lease(
+    bridge: &str,
+    guest_mac: MacAddr,
+    mtu: u16,
+    ipv4: Option<LeaseV4>,
+    ipv6: Option<LeaseV6>,
+) -> Option<GuestLease> {
     if ipv4.is_none() && ipv6.is_none() {
         return None;
     }
@@ -194,25 +205,18 @@ pub fn masquerade_lease(
     ipv6: Option<MasqueradePair<Ipv6Net>>,
     mtu: u16,
 ) -> Option<GuestLease> {
-    if ipv4.is_none() && ipv6.is_none() {
-        return None;
-    }
-    Some(GuestLease {
-        server_interface: bridge.to_string(),
-        client_mac: Some(guest_mac),
-        mtu,
-        ipv4: ipv4.map(|pair| LeaseV4 {
-            server_ip: pair.gateway.addr(),
-            address: pair.guest,
-            router: Some(pair.gateway.addr()),
-            routes: Vec::new(),
-        }),
-        ipv6: ipv6.map(|pair| LeaseV6 {
-            address: pair.guest,
-            server_mac: MASQUERADE_BRIDGE_MAC,
-            default_router: true,
-        }),
-    })
+    let ipv4 = ipv4.map(|pair| LeaseV4 {
+        server_ip: pair.gateway.addr(),
+        address: pair.guest,
+        router: Some(pair.gateway.addr()),
+        routes: Vec::new(),
+    });
+    let ipv6 = ipv6.map(|pair| LeaseV6 {
+        address: pair.guest,
+        server_mac: MASQUERADE_BRIDGE_MAC,
+        default_router: true,
+    });
+    guest_lease(bridge, guest_mac, mtu, ipv4, ipv6)
 }
 
 #[cfg(test)]

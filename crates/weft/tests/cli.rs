@@ -112,14 +112,21 @@ fn masked(table: &str) -> String {
         .collect()
 }
 
-#[test]
-fn kubectl_forms_of_get_and_delete() {
+/// A fresh embedded store with [`OBJECTS`] applied; its state dir.
+fn store_with_objects() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path();
     init_store(state);
     let manifest = state.join("objects.yaml");
     std::fs::write(&manifest, OBJECTS).unwrap();
     ok(state, &["apply", "-f", manifest.to_str().unwrap()]);
+    dir
+}
+
+#[test]
+fn kubectl_forms_of_get_and_delete() {
+    let dir = store_with_objects();
+    let state = dir.path();
 
     // KIND/NAME, -o name (the form kubectl prints, which weft reads back).
     assert_eq!(ok(state, &["get", "pod/web1", "-o", "name"]), "pod/web1\n");
@@ -287,12 +294,8 @@ fn ipreservations_are_a_kind_to_get() {
 
 #[test]
 fn describe_and_explain_take_kind_slash_name() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = store_with_objects();
     let state = dir.path();
-    init_store(state);
-    let manifest = state.join("objects.yaml");
-    std::fs::write(&manifest, OBJECTS).unwrap();
-    ok(state, &["apply", "-f", manifest.to_str().unwrap()]);
     let slash = ok(state, &["describe", "pod/web1"]);
     let spaced = ok(state, &["describe", "pod", "web1"]);
     assert_eq!(masked(&slash), masked(&spaced));

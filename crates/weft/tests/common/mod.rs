@@ -5,6 +5,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
+pub mod runtime;
+
 /// True when running as root; otherwise prints why the test is skipped.
 pub fn root_or_skip(test: &str) -> bool {
     weft_testing::root_or_skip(test)
@@ -145,13 +147,31 @@ impl Drop for KillOnDrop {
 /// `<state>/agent.log`, plus `extra` arguments. Returns once the socket exists (or after 10 s).
 pub fn start_agent(node: &Netns, state: &Path, conf_dir: &Path, bin: &Path, extra: &[&str]) -> KillOnDrop {
     let socket = state.join("weft.sock");
-    let agent = node
-        .command(&[weft_bin().to_str().unwrap()])
+    let agent = agent_command(
+        node.command(&[weft_bin().to_str().unwrap()]),
+        state,
+        conf_dir,
+        bin,
+    )
+    .args(extra)
+    .spawn()
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !socket.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    KillOnDrop(agent)
+}
+
+/// `command` (the weft binary, however it is entered into the node) completed into
+/// `weft agent --node n1` on the embedded store of `state`: socket `<state>/weft.sock`, conf dir
+/// `conf_dir`, delegates from `bin` then /usr/lib/cni, log in `<state>/agent.log`.
+pub fn agent_command(mut command: Command, state: &Path, conf_dir: &Path, bin: &Path) -> Command {
+    command
         .arg("--state-dir")
         .arg(state)
-        .args(["agent", "--node", "n1"])
-        .arg("--socket")
-        .arg(&socket)
+        .args(["agent", "--node", "n1", "--socket"])
+        .arg(state.join("weft.sock"))
         .arg("--conf-dir")
         .arg(conf_dir)
         .arg("--cache-dir")
@@ -160,16 +180,9 @@ pub fn start_agent(node: &Netns, state: &Path, conf_dir: &Path, bin: &Path, extr
         .arg(bin)
         .arg("--cni-bin-dir")
         .arg("/usr/lib/cni")
-        .args(extra)
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(state.join("agent.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !socket.exists() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    KillOnDrop(agent)
+        .stderr(std::fs::File::create(state.join("agent.log")).unwrap());
+    command
 }
 
 /// A node's files under `state`: `bin/` holding weft's plugins ([`install_plugins`]) and the
