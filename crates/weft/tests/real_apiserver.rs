@@ -424,7 +424,9 @@ fn real_apiserver_kubevirt_launcher_pod_keeps_its_ip_across_stop_start_and_a_nod
     let claim = cluster
         .get(CLAIM, "IPAMClaim", Some("default"), "vm1.data")
         .expect("claim");
-    if claim["status"]["ips"][0] != ip.as_str() {
+    // OVN-Kubernetes' form: the address with its prefix (`192.168.91.41/24`).
+    let claimed = claim["status"]["ips"][0].as_str().unwrap_or("");
+    if claimed.split('/').next() != Some(ip.as_str()) {
         found.push(format!(
             "the claim's status does not hold the VM's address {ip}: {}",
             claim["status"]
