@@ -37,8 +37,18 @@ fn persistent_tap_inside_a_namespace() {
     assert_eq!(info["vnet_hdr"], true);
     assert_eq!(info["multi_queue"], true);
     assert_eq!(info["persist"], true);
-    assert_eq!(info["user"], 107);
-    assert_eq!(info["group"], 107);
+    // iproute2 prints the owner's name when the uid/gid has one (107 is KubeVirt's qemu user;
+    // on a given machine it may belong to another package's user).
+    let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(107))
+        .ok()
+        .flatten()
+        .map_or(serde_json::json!(107), |u| serde_json::json!(u.name));
+    let group = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(107))
+        .ok()
+        .flatten()
+        .map_or(serde_json::json!(107), |g| serde_json::json!(g.name));
+    assert_eq!(info["user"], user);
+    assert_eq!(info["group"], group);
     let single = test.ip_link("tap1");
     assert_eq!(single["linkinfo"]["info_data"]["multi_queue"], false);
 

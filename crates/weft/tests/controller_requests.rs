@@ -30,6 +30,7 @@ fn kinds() -> Vec<ResourceType> {
         weft_netconf::NetworkAttachmentDefinition::resource_type(),
         weft_vm::VirtualMachine::resource_type(),
         weft_vm::VirtualMachineInstance::resource_type(),
+        weft_vm::VirtualMachineInstanceMigration::resource_type(),
         weft_vm::api::KubeVirt::resource_type(),
         weft_ipam::IpamClaim::resource_type(),
         weft_ipam::IpReservation::resource_type(),
@@ -173,6 +174,7 @@ fn crds_installed_after_the_controller_started_are_served_without_a_restart() {
     let later = [
         weft_vm::VirtualMachine::resource_type(),
         weft_vm::VirtualMachineInstance::resource_type(),
+        weft_vm::VirtualMachineInstanceMigration::resource_type(),
         weft_vm::api::KubeVirt::resource_type(),
         weft_ipam::IpamClaim::resource_type(),
     ];

@@ -435,6 +435,17 @@ pub(super) async fn reconcile_vmi(
             })
             .await?;
         }
+        // The VM's claims before its launcher pod, whose ADD needs them: the VM's own reconcile
+        // may have run before its NADs reached the watch cache (then it made none); here they
+        // are known (the wait above), and a claim that exists costs a cache read.
+        if let Some(vm) = vmi.metadata.label(launcher_pod::VM_NAME_LABEL) {
+            let vm = Api::<VirtualMachine>::namespaced(store.clone(), &ns)
+                .get(vm)
+                .await?;
+            if let Some(vm) = vm.filter(|vm| vm.metadata.deletion_timestamp.is_none()) {
+                crate::claims::ensure_for_vm(store, &vm).await?;
+            }
+        }
         create_launcher_pod(store, &defaulted).await?;
         api.modify_status(&vmi.metadata.name, |v| {
             let status = v.status.get_or_insert_with(Default::default);
