@@ -336,20 +336,45 @@ pub async fn down(state: &Path) -> anyhow::Result<i32> {
         blocking(move || processes::stop_all(&state, Duration::from_secs(5))).await?
     };
     // Unmounting the namespaces blocks too.
-    let mut errors = blocking(move || {
+    let dir = state.to_path_buf();
+    let errors = blocking(move || {
         let existing = weft_host::Netns::list_named().unwrap_or_default();
+        let owned = topology.owned_netns(&existing);
+        let paths: Vec<PathBuf> = owned
+            .iter()
+            .map(|name| Path::new(weft_host::netns::NETNS_RUN_DIR).join(name))
+            .collect();
+        // What no record names but still runs for this cluster (a CNI plugin a stopped agent
+        // had started, a guest its launcher was stopping) goes before its namespace and its
+        // files do: otherwise it can create a file while the directory is being removed.
+        processes::stop_stragglers(&dir, &paths, Duration::from_secs(2));
         let mut errors = Vec::new();
-        for name in topology.owned_netns(&existing) {
+        for name in owned {
             if let Err(e) = weft_host::Netns::delete_named(&name) {
                 errors.push(format!("delete netns {name}: {e}"));
+            }
+        }
+        // Bounded retries: a process outside the namespaces may still be finishing a write.
+        let mut attempt = 0;
+        loop {
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                Err(e) if attempt < 3 => {
+                    tracing::debug!("remove {}: {e}; retrying", dir.display());
+                    processes::stop_stragglers(&dir, &[], Duration::from_secs(1));
+                    std::thread::sleep(Duration::from_millis(100));
+                    attempt += 1;
+                }
+                Err(e) => {
+                    errors.push(format!("remove {}: {e}", dir.display()));
+                    break;
+                }
             }
         }
         errors
     })
     .await?;
-    if let Err(e) = std::fs::remove_dir_all(state) {
-        errors.push(format!("remove {}: {e}", state.display()));
-    }
     println!("stopped {} processes; local cluster removed", stopped.len());
     if errors.is_empty() {
         Ok(0)

@@ -214,6 +214,56 @@ pub fn stop_all(state: &Path, grace: Duration) -> Vec<String> {
     stopped
 }
 
+/// Stop (SIGTERM, then SIGKILL after `grace`) every process that is still part of this cluster
+/// although no record names it: one whose network namespace is one of `netns` (the namespaces
+/// the cluster created, e.g. a CNI plugin a stopped agent had started, or a guest whose record
+/// its launcher had already dropped while stopping it), or one holding a file under `state`
+/// open. Without this, such a process can create a file while `weft down` removes the state
+/// directory (`Directory not empty`). Returns the pids stopped.
+pub fn stop_stragglers(state: &Path, netns: &[PathBuf], grace: Duration) -> Vec<u32> {
+    let state = fs::canonicalize(state).unwrap_or_else(|_| state.to_path_buf());
+    let owned: Vec<(u64, u64)> = netns.iter().filter_map(|p| inode_of(p)).collect();
+    let me = std::process::id();
+    let mut found = Vec::new();
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me || pid == 1 {
+            continue;
+        }
+        let proc_dir = entry.path();
+        let fds: Vec<PathBuf> = fs::read_dir(proc_dir.join("fd"))
+            .map(|fds| {
+                fds.flatten()
+                    .filter_map(|fd| fs::read_link(fd.path()).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if is_straggler(inode_of(&proc_dir.join("ns/net")), &fds, &owned, &state) {
+            if let Some(record) = ProcessRecord::of(pid) {
+                found.push((format!("pid {pid}"), record));
+            }
+        }
+    }
+    stop(&found, grace);
+    found.into_iter().map(|(_, r)| r.pid).collect()
+}
+
+/// Whether a process (its network namespace's identity, the targets of its open fds) belongs to
+/// the cluster whose namespaces are `owned` and whose state directory is `state`.
+fn is_straggler(netns: Option<(u64, u64)>, fds: &[PathBuf], owned: &[(u64, u64)], state: &Path) -> bool {
+    netns.is_some_and(|ns| owned.contains(&ns)) || fds.iter().any(|fd| fd.starts_with(state))
+}
+
+fn inode_of(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
 fn cmdline_mentions(pid: u32, needle: &str) -> bool {
     fs::read(format!("/proc/{pid}/cmdline"))
         .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " ").contains(needle))
@@ -241,6 +291,58 @@ fn stop(processes: &[(String, ProcessRecord)], grace: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stragglers_are_processes_in_our_namespaces_or_with_files_under_our_state() {
+        let state = Path::new("/tmp/weft-x");
+        let owned = [(4, 100), (4, 101)];
+        assert!(is_straggler(Some((4, 101)), &[], &owned, state));
+        assert!(is_straggler(
+            Some((4, 7)),
+            &[PathBuf::from("/tmp/weft-x/logs/agent.log")],
+            &owned,
+            state
+        ));
+        // Another namespace, files elsewhere (also a sibling whose name only starts alike).
+        assert!(!is_straggler(
+            Some((4, 7)),
+            &[PathBuf::from("/tmp/weft-xy/a"), PathBuf::from("socket:[99]")],
+            &owned,
+            state
+        ));
+        assert!(!is_straggler(None, &[], &owned, state));
+    }
+
+    #[test]
+    fn a_child_holding_a_file_under_the_state_directory_is_stopped() {
+        let state = tempfile::tempdir().unwrap();
+        let file = state.path().join("held");
+        std::fs::write(&file, "").unwrap();
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg("exec 3<\"$0\"; exec sleep 60")
+            .arg(&file)
+            .spawn()
+            .unwrap();
+        // Wait (bounded) until the child holds the file.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            let fds = fs::read_dir(format!("/proc/{}/fd", child.id()))
+                .map(|d| {
+                    d.flatten()
+                        .filter_map(|e| fs::read_link(e.path()).ok())
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+            if fds.iter().any(|f| f == &file) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let stopped = stop_stragglers(state.path(), &[], Duration::from_secs(2));
+        assert_eq!(stopped, vec![child.id()]);
+        assert!(child.wait().unwrap().code().is_none(), "killed by a signal");
+    }
 
     #[test]
     fn forget_removes_only_the_records_of_that_pid() {
