@@ -243,10 +243,10 @@ pub fn stop_stragglers(state: &Path, netns: &[PathBuf], grace: Duration) -> Vec<
                     .collect()
             })
             .unwrap_or_default();
-        if is_straggler(inode_of(&proc_dir.join("ns/net")), &fds, &owned, &state) {
-            if let Some(record) = ProcessRecord::of(pid) {
-                found.push((format!("pid {pid}"), record));
-            }
+        if is_straggler(inode_of(&proc_dir.join("ns/net")), &fds, &owned, &state)
+            && let Some(record) = ProcessRecord::of(pid)
+        {
+            found.push((format!("pid {pid}"), record));
         }
     }
     stop(&found, grace);
