@@ -223,7 +223,9 @@ pub fn stop_all(state: &Path, grace: Duration) -> Vec<String> {
 pub fn stop_stragglers(state: &Path, netns: &[PathBuf], grace: Duration) -> Vec<u32> {
     let state = fs::canonicalize(state).unwrap_or_else(|_| state.to_path_buf());
     let owned: Vec<(u64, u64)> = netns.iter().filter_map(|p| inode_of(p)).collect();
-    let me = std::process::id();
+    // Never this process or one it runs under (a test or script calling `weft down` may hold
+    // a file of the cluster open itself).
+    let spared = ancestors_of_self();
     let mut found = Vec::new();
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
@@ -232,7 +234,7 @@ pub fn stop_stragglers(state: &Path, netns: &[PathBuf], grace: Duration) -> Vec<
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
             continue;
         };
-        if pid == me || pid == 1 {
+        if spared.contains(&pid) {
             continue;
         }
         let proc_dir = entry.path();
@@ -257,6 +259,28 @@ pub fn stop_stragglers(state: &Path, netns: &[PathBuf], grace: Duration) -> Vec<
 /// the cluster whose namespaces are `owned` and whose state directory is `state`.
 fn is_straggler(netns: Option<(u64, u64)>, fds: &[PathBuf], owned: &[(u64, u64)], state: &Path) -> bool {
     netns.is_some_and(|ns| owned.contains(&ns)) || fds.iter().any(|fd| fd.starts_with(state))
+}
+
+/// This process, its parent, its parent's parent, … up to pid 1.
+fn ancestors_of_self() -> Vec<u32> {
+    let mut chain = vec![std::process::id()];
+    while let Some(&pid) = chain.last() {
+        let parent = fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| parent_pid(&stat));
+        match parent {
+            Some(ppid) if ppid > 0 && !chain.contains(&ppid) => chain.push(ppid),
+            _ => break,
+        }
+    }
+    chain.push(1);
+    chain
+}
+
+/// Field 4 of /proc/<pid>/stat (after the parenthesised command name, which may hold spaces).
+fn parent_pid(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn inode_of(path: &Path) -> Option<(u64, u64)> {
@@ -339,8 +363,12 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+        // The test process holds a file there too: it is spared, as any ancestor of the caller.
+        let _held = std::fs::File::open(&file).unwrap();
         let stopped = stop_stragglers(state.path(), &[], Duration::from_secs(2));
         assert_eq!(stopped, vec![child.id()]);
+        assert_eq!(parent_pid("7 (a) b) S 42 7 7"), Some(42));
+        assert!(ancestors_of_self().contains(&std::process::id()));
         assert!(child.wait().unwrap().code().is_none(), "killed by a signal");
     }
 
