@@ -74,6 +74,11 @@ impl GroupCommit {
         self.committed.subscribe()
     }
 
+    /// The sender of [`GroupCommit::subscribe`]'s receivers.
+    pub(super) fn sender(&self) -> Arc<watch::Sender<u64>> {
+        self.committed.clone()
+    }
+
     /// Run `op` in a committed transaction and return its result.
     pub(super) async fn submit(&self, op: WriteOp) -> Answer {
         let (reply, answer) = oneshot::channel();

@@ -62,6 +62,8 @@ pub(super) struct Db {
     path: PathBuf,
     options: SqliteOptions,
     connections: Connections,
+    /// Started once, by the first watch: see [`super::watch::start_head_poller`].
+    pub(super) head_poller: std::sync::Once,
 }
 
 /// How an opened store uses its connections.
@@ -253,6 +255,7 @@ impl Db {
             path: path.to_path_buf(),
             options,
             connections,
+            head_poller: std::sync::Once::new(),
         })
     }
 
@@ -270,6 +273,19 @@ impl Db {
 
     pub(super) fn options(&self) -> &SqliteOptions {
         &self.options
+    }
+
+    /// The sender behind [`Db::subscribe`] of a pooled store (none for a single connection).
+    pub(super) fn head_sender(&self) -> Option<std::sync::Arc<watch::Sender<u64>>> {
+        match &self.connections {
+            Connections::Pooled { writes, .. } => Some(writes.sender()),
+            Connections::Single(_) => None,
+        }
+    }
+
+    /// The store's current revision (every process's commits).
+    pub(super) fn head(&self) -> Result<u64, StoreError> {
+        self.read(revision)
     }
 
     /// A receiver that changes whenever this process commits a write.

@@ -172,6 +172,7 @@ impl Store for SqliteStore {
         let (ty, namespace, opts) = (ty.clone(), namespace.map(String::from), opts.clone());
         let from = resource_version.map(db::parse_rv).transpose()?;
         let wake = self.db.subscribe();
+        watch::start_head_poller(&self.db);
         let (backlog, from) = match from {
             Some(rv) => (Vec::new(), rv),
             None => {

@@ -1,7 +1,12 @@
-//! Watches on the SQLite store: replay the change log after a revision, then poll it.
+//! Watches on the SQLite store: replay the change log after a revision, then read it again
+//! whenever the store's revision moves. A pooled store has one poller thread per process that
+//! reads the revision (one row) every poll interval while any watch is open and wakes the
+//! watches when another process committed; this process's own commits wake them directly. So
+//! an idle process with many watches makes one tiny read per interval, not one per watch.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::sync::watch;
@@ -77,13 +82,64 @@ async fn next(state: &mut State) -> Option<Result<WatchEvent, StoreError>> {
                     .pending
                     .extend(events.into_iter().filter(|e| opts.matches(e.object())));
                 if !advanced {
-                    let interval = state.db.options().poll_interval;
+                    // With the poller, a wake is never missed (the receiver was marked seen
+                    // before the read); the timer is only a safety net. Without one (a single
+                    // connection store), the timer is the poll.
+                    let interval = if state.db.head_sender().is_some() {
+                        SAFETY_NET
+                    } else {
+                        state.db.options().poll_interval
+                    };
                     tokio::select! {
                         _ = state.wake.changed() => {}
                         _ = tokio::time::sleep(interval) => {}
                     }
                 }
             }
+        }
+    }
+}
+
+/// How long a watch of a pooled store waits for a wake before reading the log anyway.
+const SAFETY_NET: Duration = Duration::from_secs(1);
+
+/// Start, once per store, the thread that notices other processes' commits (see the module
+/// docs). It reads only while a watch is open and ends when the store is dropped.
+pub(super) fn start_head_poller(db: &Arc<Db>) {
+    let Some(head) = db.head_sender() else {
+        return;
+    };
+    let weak = Arc::downgrade(db);
+    let interval = db.options().poll_interval;
+    db.head_poller.call_once(move || {
+        let spawned = std::thread::Builder::new()
+            .name("weft-store-poller".into())
+            .spawn(move || poll_head(weak, head, interval));
+        if let Err(e) = spawned {
+            // Watches still see other processes' commits, within the safety net's second.
+            tracing::warn!("store: no revision poller ({e}); watches fall back to 1 s reads");
+        }
+    });
+}
+
+fn poll_head(db: Weak<Db>, head: Arc<watch::Sender<u64>>, interval: Duration) {
+    loop {
+        std::thread::sleep(interval);
+        let Some(db) = db.upgrade() else {
+            return;
+        };
+        if head.receiver_count() == 0 {
+            continue;
+        }
+        if let Ok(revision) = db.head() {
+            // Only forward: a commit of this process may have moved it further meanwhile.
+            head.send_if_modified(|seen| {
+                let newer = revision > *seen;
+                if newer {
+                    *seen = revision;
+                }
+                newer
+            });
         }
     }
 }
