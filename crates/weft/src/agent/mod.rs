@@ -7,6 +7,7 @@ mod dynamic;
 mod ipam;
 pub mod journal;
 mod limits;
+pub mod local;
 mod metrics;
 mod pod_events;
 mod routes;
@@ -218,7 +219,7 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
         let agent = agent.clone();
         let stop = stop_rx.clone();
         tokio::spawn(async move {
-            if let Err(e) = crate::local::kubelet::run(agent, stop).await {
+            if let Err(e) = crate::agent::local::kubelet::run(agent, stop).await {
                 tracing::error!("local pod runner stopped: {e:#}");
             }
         });

@@ -4,7 +4,7 @@
 //! next, and applies it: the target launcher pod (for the same VMI, on another node, holding
 //! the VM's claimed addresses too: two owners while both pods exist), the abort of a deleted
 //! migration, the target's removal after a failure, and the hand-over once the guest runs on
-//! the target. The node agents move the running guest (`crate::local::migration`).
+//! the target. The node agents move the running guest (`crate::agent::local::migration`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

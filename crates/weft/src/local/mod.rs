@@ -1,19 +1,12 @@
 //! The local cluster (the embedded default): nodes and pods as network namespaces on this
 //! machine, an agent per node, the controller, the embedded store, guests as QEMU VMs.
+//!
+//! This module is `weft up`/`down` (run by the CLI: topology, node namespaces, supervisor,
+//! process records). The roles that run inside `weft agent --local` (kubelet, sandbox,
+//! launcher, guests, migration) are [`crate::agent::local`].
 
-mod domain;
-mod guest;
-pub mod guest_agent;
-mod guest_v6;
-pub mod kubelet;
-mod launcher;
-pub mod migration;
-pub mod migration_proxy;
-pub mod migration_quiet;
 mod network;
-mod passt;
 pub mod processes;
-mod sandbox;
 pub mod supervisor;
 pub mod topology;
 

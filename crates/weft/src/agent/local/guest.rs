@@ -9,7 +9,7 @@ use weft_guest::{GuestNic, GuestSpec, RunningGuest};
 use weft_vm::VirtualMachineInstance;
 
 use crate::agent::Agent;
-use crate::local::launcher::DomainNic;
+use crate::agent::local::nic::DomainNic;
 
 /// VMI annotation listing connectivity checks the guest runs after its leases, as
 /// `kind=target` words separated by spaces (`ping=172.31.255.254 wget=http://…`).
@@ -75,7 +75,7 @@ pub fn spec_for(
     // A migration target: the same devices, waiting for the source's state.
     if vmi
         .metadata
-        .annotation(crate::local::migration::INCOMING_ANNOTATION)
+        .annotation(crate::agent::local::migration::INCOMING_ANNOTATION)
         .is_some()
     {
         spec.incoming = true;
@@ -95,14 +95,14 @@ pub fn boot(
     std::fs::create_dir_all(dir)?;
     let spec = spec_for(agent, vmi, nics, dir)?;
     // A domain weft cannot render is an error of the VM's start, not a comment in a file.
-    let domain_xml = crate::local::domain::render(vmi, nics, &spec)?;
+    let domain_xml = crate::agent::local::domain::render(vmi, nics, &spec)?;
     std::fs::write(dir.join("domain.xml"), domain_xml)?;
     let netns_name = Path::new(&netns.label().to_string())
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or("")
         .to_string();
-    crate::local::migration::seed_serial_log(vmi, &spec.serial_log())?;
+    crate::agent::local::migration::seed_serial_log(vmi, &spec.serial_log())?;
     let guest = RunningGuest::spawn(&spec, Some(&netns_name))
         .with_context(|| format!("start QEMU for {}", vmi.metadata.name))?;
     if let Some(pid) = guest.pid() {

@@ -14,7 +14,8 @@ use weft_launcher::passt::{PASST_PLUGIN_NAME, PasstPlan, PasstRequest, listening
 use weft_vm::VirtualMachineInstance;
 use weft_vm::api::{BindingKind, Interface};
 
-use crate::local::launcher::{DomainNic, LauncherState};
+use crate::agent::local::launcher::LauncherState;
+use crate::agent::local::nic::DomainNic;
 use crate::local::processes::{self, ProcessRecord};
 
 /// The user passt drops to (`nobody`): it owns the socket directory.

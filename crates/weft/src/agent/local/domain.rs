@@ -12,7 +12,7 @@ use weft_guest::GuestSpec;
 use weft_vm::VirtualMachineInstance;
 use weft_vm::api::BindingKind;
 
-use crate::local::launcher::DomainNic;
+use crate::agent::local::nic::DomainNic;
 
 /// The VMI's interfaces as the domain crate takes them.
 pub fn vmi_interfaces(vmi: &VirtualMachineInstance) -> Vec<VmiInterface> {

@@ -1,7 +1,7 @@
 //! The launcher role of the local agent (what virt-handler and virt-launcher do in KubeVirt):
 //! for each VMI interface, plan the wiring in the pod netns and apply it, serve its guest lease
 //! over DHCP, then boot the guest on the taps, and report domain and guest-agent status (the
-//! guest agent is qemu-guest-agent, polled by [`crate::local::guest_agent`]).
+//! guest agent is qemu-guest-agent, polled by [`crate::agent::local::guest_agent`]).
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -17,8 +17,9 @@ use weft_store::Api;
 use weft_vm::VirtualMachineInstance;
 
 use crate::agent::Agent;
+use crate::agent::local::nic::DomainNic;
+use crate::agent::local::sandbox::Sandbox;
 use crate::kinds::Pod;
-use crate::local::sandbox::Sandbox;
 
 /// What the launcher role keeps for a running VMI.
 #[derive(Default)]
@@ -32,7 +33,7 @@ pub struct LauncherState {
     /// DHCP servers by interface name (stopped on drop).
     pub dhcp: std::collections::BTreeMap<String, weft_dhcp::ServerHandle>,
     /// DHCPv6 servers and router advertisers by interface name (stopped on drop).
-    pub dhcp6: std::collections::BTreeMap<String, crate::local::guest_v6::V6Servers>,
+    pub dhcp6: std::collections::BTreeMap<String, crate::agent::local::guest_v6::V6Servers>,
     /// The guest, when one runs.
     pub guest: Option<weft_guest::RunningGuest>,
     /// Domain interfaces (network name, MAC, tap).
@@ -46,7 +47,7 @@ pub struct LauncherState {
     /// Interfaces whose first answered DHCP exchange was recorded as an Event.
     pub dhcp_announced: std::collections::BTreeSet<String>,
     /// The guest's qemu-guest-agent, polled for the status.
-    pub guest_agent: crate::local::guest_agent::AgentPoller,
+    pub guest_agent: crate::agent::local::guest_agent::AgentPoller,
 }
 
 /// What a launcher records in its pod directory (`launcher.json`) so that a restarted agent
@@ -150,14 +151,14 @@ fn take_over(
     state: &mut LauncherState,
     guest: Option<(u32, u64, Vec<Option<String>>)>,
 ) -> anyhow::Result<()> {
-    crate::local::passt::check_adopted(&state.domain)?;
+    crate::agent::local::passt::check_adopted(&state.domain)?;
     if let Some((pid, start_time, plugged)) = guest {
         let qemu = crate::local::processes::ProcessRecord { pid, start_time };
         anyhow::ensure!(
             qemu.is_running(),
             "the guest's QEMU (pid {pid}) exited while the node agent was down"
         );
-        let spec = crate::local::guest::spec_for(agent, vmi, &state.boot_nics, &state.dir)?;
+        let spec = crate::agent::local::guest::spec_for(agent, vmi, &state.boot_nics, &state.dir)?;
         state.guest = Some(weft_guest::RunningGuest::adopt(&spec, pid, plugged));
     }
     let statuses = weft_vm::network_statuses(&pod.metadata.annotations);
@@ -186,7 +187,7 @@ fn serve_dhcp(
     lease: GuestLease,
     statuses: &[weft_netconf::NetworkStatus],
 ) -> anyhow::Result<()> {
-    if let Some(servers) = crate::local::guest_v6::serve(netns, tap, &lease, statuses)? {
+    if let Some(servers) = crate::agent::local::guest_v6::serve(netns, tap, &lease, statuses)? {
         state.dhcp6.insert(interface.to_string(), servers);
     }
     let default = statuses.iter().find(|s| s.default);
@@ -207,22 +208,6 @@ fn serve_dhcp(
             .with_context(|| format!("DHCP on {}", lease.server_interface))?,
     );
     Ok(())
-}
-
-/// One guest NIC as the domain has it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DomainNic {
-    /// Network (and interface) name.
-    pub name: String,
-    /// Guest MAC.
-    pub mac: String,
-    /// TAP device.
-    pub tap: String,
-    /// MTU.
-    pub mtu: u32,
-    /// The passt this NIC connects to (passt binding), instead of `tap`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub passt: Option<crate::local::passt::PasstNic>,
 }
 
 /// The DHCP server config of a guest lease (IPv4 part), with the pod's DNS and the guest's hostname.
@@ -365,7 +350,7 @@ pub async fn start(
         guest: None,
         domain: Vec::new(),
         pod_ips: Default::default(),
-        dir: crate::local::kubelet::pod_dir(agent, vmi.namespace(), &pod.metadata.name),
+        dir: crate::agent::local::pods::pod_dir(agent, vmi.namespace(), &pod.metadata.name),
         boot_nics: Vec::new(),
         dhcp_announced: Default::default(),
         guest_agent: Default::default(),
@@ -401,8 +386,8 @@ fn wire_and_boot(
         .filter(|i| !vmi.spec.interfaces()[*i].is_absent())
         .collect();
     for index in indexes {
-        let nic = if crate::local::passt::is_passt(&vmi.spec.interfaces()[index]) {
-            crate::local::passt::wire(state, &netns, vmi, index, statuses, &agent.state_dir)?
+        let nic = if crate::agent::local::passt::is_passt(&vmi.spec.interfaces()[index]) {
+            crate::agent::local::passt::wire(state, &netns, vmi, index, statuses, &agent.state_dir)?
         } else {
             wire_interface(state, &netns, vmi, index, statuses)?
         };
@@ -410,7 +395,7 @@ fn wire_and_boot(
     }
     if std::env::var("WEFT_NO_GUESTS").map(|v| v != "1").unwrap_or(true) {
         let dir = state.dir.clone();
-        let guest = crate::local::guest::boot(agent, vmi, &state.domain, &netns, &dir)?;
+        let guest = crate::agent::local::guest::boot(agent, vmi, &state.domain, &netns, &dir)?;
         state.guest = Some(guest);
         state.boot_nics = state.domain.clone();
     }
@@ -578,10 +563,10 @@ pub async fn report(agent: &Arc<Agent>, namespace: &str, state: &mut LauncherSta
             vmi.metadata
                 .annotations
                 .insert(crate::explain::DHCP_RECORD_ANNOTATION.into(), record_text.clone());
-            crate::local::guest_agent::mark_absent(&mut vmi.metadata.annotations, agent_absent);
+            crate::agent::local::guest_agent::mark_absent(&mut vmi.metadata.annotations, agent_absent);
             let status = vmi.status.get_or_insert_with(Default::default);
             status.interfaces = next;
-            crate::local::guest_agent::apply(status, &agent_view, &now);
+            crate::agent::local::guest_agent::apply(status, &agent_view, &now);
             let wanted = if ready { "True" } else { "False" };
             match status.conditions.iter_mut().find(|c| c.type_ == "Ready") {
                 Some(c) if c.status == wanted => {}
@@ -689,7 +674,7 @@ pub fn dhcp_record(
 /// What the node knows of the domain: its NICs, qemu-guest-agent's interfaces, the pod IPs.
 pub fn domain_report(
     state: &LauncherState,
-    agent: &crate::local::guest_agent::AgentView,
+    agent: &crate::agent::local::guest_agent::AgentView,
 ) -> weft_vm::DomainReport {
     weft_vm::DomainReport {
         interfaces: state
@@ -741,7 +726,7 @@ fn stop_blocking(state: LauncherState) {
     if let Some(guest) = state.guest {
         let _ = guest.stop();
     }
-    crate::local::passt::stop_all(&state.domain);
+    crate::agent::local::passt::stop_all(&state.domain);
     for server in state.dhcp.into_values() {
         let _ = server.stop();
     }

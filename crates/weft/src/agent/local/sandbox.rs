@@ -77,7 +77,8 @@ pub async fn create(agent: &std::sync::Arc<Agent>, pod: &Pod, netns: &str) -> an
         let _ = weft_host::Netns::delete_named(&name);
         let handle = weft_host::Netns::create_named(&name).with_context(|| format!("create netns {name}"))?;
         weft_host::Netlink::open_in(&handle)?.set_up("lo")?;
-        if quiet && let Err(e) = crate::local::migration_quiet::install(&format!("/run/netns/{name}")) {
+        if quiet && let Err(e) = crate::agent::local::migration_quiet::install(&format!("/run/netns/{name}"))
+        {
             let _ = weft_host::Netns::delete_named(&name);
             return Err(e);
         }

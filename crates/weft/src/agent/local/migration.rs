@@ -31,9 +31,9 @@ use weft_vm::vmim::{self, MIGRATION_JOB_LABEL, MIGRATION_PROGRESS_ANNOTATION};
 use weft_vm::{VirtualMachineInstance, VirtualMachineInstanceMigration};
 
 use crate::agent::Agent;
+use crate::agent::local::launcher::LauncherState;
+use crate::agent::local::migration_proxy::Proxy;
 use crate::kinds::Pod;
-use crate::local::launcher::LauncherState;
-use crate::local::migration_proxy::Proxy;
 use crate::local::topology::Topology;
 
 /// Annotation on the VMI a migration target's launcher boots from: its QEMU waits for the
@@ -297,7 +297,7 @@ fn listen_for_incoming(
 /// unless started with `-S`) gets `cont`.
 fn resume_and_announce(qmp: Option<&Path>, netns_path: &str) -> anyhow::Result<bool> {
     let Some(qmp) = qmp else {
-        crate::local::migration_quiet::remove(netns_path)?;
+        crate::agent::local::migration_quiet::remove(netns_path)?;
         return Ok(true);
     };
     let mut client = QmpClient::connect(qmp).context("the target QEMU's QMP")?;
@@ -309,7 +309,7 @@ fn resume_and_announce(qmp: Option<&Path>, netns_path: &str) -> anyhow::Result<b
         }
         _ => return Ok(false),
     }
-    crate::local::migration_quiet::remove(netns_path)?;
+    crate::agent::local::migration_quiet::remove(netns_path)?;
     client
         .execute(&migrate::announce_self())
         .context("announce-self")?;

@@ -11,11 +11,8 @@ use weft_launcher::GuestLease;
 use weft_launcher::lease::GuestServer;
 
 /// The running IPv6 servers of one guest NIC; dropping it stops both.
+// Held so that the servers run until the NIC goes (their Drop stops them).
 #[derive(Debug)]
-#[expect(
-    dead_code,
-    reason = "held so that the servers run until the NIC goes (their Drop stops them)"
-)]
 pub struct V6Servers {
     /// The DHCPv6 server.
     pub dhcp: weft_dhcp::ServerHandle,

@@ -4,7 +4,6 @@
 //! side of every NIC, serve DHCP and boot the guest; report back into the pod and VMI status.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,10 +12,10 @@ use weft_store::{Api, ListOptions};
 use weft_vm::VirtualMachineInstance;
 
 use crate::agent::Agent;
+use crate::agent::local::launcher::{self, LauncherState};
+use crate::agent::local::sandbox::{self, Sandbox};
 use crate::controller::launcher_pod;
 use crate::kinds::Pod;
-use crate::local::launcher::{self, LauncherState};
-use crate::local::sandbox::{self, Sandbox};
 use crate::local::topology::Topology;
 
 const RESYNC: Duration = Duration::from_millis(300);
@@ -28,7 +27,7 @@ struct RunningPod {
     sandbox: Sandbox,
     launcher: Option<LauncherState>,
     /// Live migrations this pod takes part in.
-    migration: crate::local::migration::PodMigration,
+    migration: crate::agent::local::migration::PodMigration,
 }
 
 /// Run pods bound to this node until `stop` turns true, then stop them all.
@@ -84,7 +83,7 @@ pub async fn run(agent: Arc<Agent>, mut stop: tokio::sync::watch::Receiver<bool>
         for run in running.values_mut() {
             // A migration target reports nothing (and plugs nothing) until it takes over.
             let (namespace, name) = (run.namespace.clone(), run.name.clone());
-            if crate::local::migration::step(
+            if crate::agent::local::migration::step(
                 &agent,
                 &namespace,
                 &name,
@@ -184,7 +183,7 @@ async fn adopt(agent: &Arc<Agent>, pod: &Pod, sandbox: Sandbox) -> Option<Runnin
         .annotation(launcher_pod::DOMAIN_ANNOTATION)
         .unwrap_or_default()
         .to_string();
-    let dir = pod_dir(agent, &namespace, &name);
+    let dir = crate::agent::local::pods::pod_dir(agent, &namespace, &name);
     let taken = async {
         let object = Api::<VirtualMachineInstance>::namespaced(agent.store.clone(), &namespace)
             .get_required(&vmi)
@@ -281,7 +280,7 @@ async fn start_pod(agent: &Arc<Agent>, topology: &Topology, pod: &Pod) -> anyhow
         let fresh_pod = Api::<Pod>::namespaced(agent.store.clone(), &namespace)
             .get_required(&name)
             .await?;
-        let vmi = crate::local::migration::target_vmi(agent, &fresh_pod, vmi);
+        let vmi = crate::agent::local::migration::target_vmi(agent, &fresh_pod, vmi);
         match launcher::start(agent, &fresh_pod, &vmi, &run.sandbox).await {
             Ok(state) => run.launcher = Some(state),
             Err(e) => {
@@ -373,15 +372,4 @@ async fn hotplug(agent: &Arc<Agent>, run: &mut RunningPod) -> anyhow::Result<()>
         .await?;
     launcher::hotplug(agent, &pod, &vmi, state).await?;
     Ok(())
-}
-
-/// Per-pod files (serial log, domain XML) of this node.
-pub fn pod_dir(agent: &Agent, namespace: &str, name: &str) -> PathBuf {
-    agent
-        .args
-        .cache_dir
-        .parent()
-        .unwrap_or(&agent.args.cache_dir)
-        .join("pods")
-        .join(format!("{namespace}_{name}"))
 }

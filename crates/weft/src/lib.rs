@@ -1,0 +1,41 @@
+//! weft: one multi-call binary. Invoked as `weft-cni` it is the CNI shim, as `weft-ipam` the
+//! full IPAM plugin (which the installed `weft-ipam` client runs, see `install`), as `passthru`
+//! the head of an auxiliary CNI chain; otherwise the CLI (node agent, controller, local
+//! cluster, inspection). The binary's `main` is [`run`]; everything else lives here.
+
+pub mod admission;
+pub mod agent;
+pub mod claims;
+pub mod cli;
+pub mod cluster;
+pub mod controller;
+pub mod describe;
+pub mod event_recorder;
+pub mod events;
+pub mod explain;
+pub mod install;
+pub mod ipam_plugin;
+pub mod jsonpath;
+pub mod kinds;
+pub mod local;
+pub mod passthru;
+pub mod protocol;
+pub mod shim;
+
+use std::process::ExitCode;
+
+/// The multi-call entry point: dispatch on the name the binary was invoked as (argv[0]).
+pub fn run() -> ExitCode {
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    let name = std::path::Path::new(&argv0)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("weft")
+        .to_string();
+    match name.as_str() {
+        "weft-cni" => shim::run(),
+        "weft-ipam" => ipam_plugin::run(),
+        weft_meta::PASSTHRU_TYPE => passthru::run(),
+        _ => ExitCode::from(cli::run().clamp(0, 255) as u8),
+    }
+}
