@@ -319,7 +319,17 @@ fn main() -> Result<()> {
         agents.push(("Kubernetes API: shim → agent, `--parallel-delegates 1`", k1));
         agents.push(("Kubernetes API: shim → agent, `--parallel-delegates 4`", k4));
     }
+    let server_cpu = kube::server_cpu_ms();
     add_del::run(&world, &agents, iterations)?;
+    if let (Some(before), Some(after)) = (server_cpu, kube::server_cpu_ms()) {
+        println!(
+            "\nAPI server + etcd CPU during part 1: {:.0} ms, {:.1} ms per Kubernetes ADD+DEL ({} of them; the machine's other API server is another process).",
+            after - before,
+            (after - before) / (2 * (iterations + 2)) as f64,
+            // Two Kubernetes variants, each iteration and the 2 warm-ups.
+            2 * (iterations + 2)
+        );
+    }
     let mut concurrent_agents = vec![("shim → agent, 4 (default), embedded store", &a4)];
     if let Some(k4) = &k4 {
         concurrent_agents.push(("Kubernetes API: shim → agent, 4", k4));
