@@ -7,10 +7,16 @@
 //!    running 4 at once (the default), against the same delegates exec'd directly one by one
 //!    (`weft_cni::runtime::CniRuntime`, plugins in the same node netns), interleaved.
 //! 2. The shim's exec + round trip alone: ADD for a pod the store does not know (the agent
-//!    answers with a synthetic result and runs no delegate), against exec of `busybox true`
+//!    answers CNI error 11 and runs no delegate), against exec of `busybox true`
 //!    (static) and of `weft-cni` answering VERSION itself (no agent).
 //! 3. The agent's RSS with many pods × 3 networks attached (eth0 + 2 secondaries), ADDed 8 at
 //!    a time, sampled every 50 ms; then DEL of all and a check that nothing is left.
+//!
+//! Also 8 pods ADDing at once (part 1b) against 8 threads running the delegates directly. With
+//! `WEFT_BENCH_KUBECONFIG` (and `WEFT_BENCH_ADMIN_KUBECONFIG`, optionally `WEFT_BENCH_AUDIT_LOG`;
+//! see `meta_bench/kube.rs`) agents on the Kubernetes API join parts 1 and 1b, the API requests
+//! per pod ADD and DEL are counted from the audit log, and an agent with many pods attached is
+//! restarted (time until it serves, requests it makes). Without it those are skipped.
 //!
 //! ```text
 //! cargo run --release -p weft --example meta_bench -- [iterations] [pods]   # as root
@@ -40,6 +46,10 @@ const NAMESPACE: &str = "default";
 
 #[path = "meta_bench/add_del.rs"]
 mod add_del;
+#[path = "meta_bench/concurrent.rs"]
+mod concurrent;
+#[path = "meta_bench/kube.rs"]
+mod kube;
 #[path = "meta_bench/round_trip.rs"]
 mod round_trip;
 #[path = "meta_bench/rss.rs"]
@@ -290,14 +300,53 @@ fn main() -> Result<()> {
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     );
 
-    let agents = [
+    let kube = kube::Kube::from_env(&world)?;
+    let k1 = kube
+        .as_ref()
+        .map(|k| world.kube_agent("k1", 1, &k.kubeconfig))
+        .transpose()?;
+    let k4 = kube
+        .as_ref()
+        .map(|k| world.kube_agent("k4", 4, &k.kubeconfig))
+        .transpose()?;
+
+    let mut agents = vec![
         ("shim → agent, `--parallel-delegates 1`", &a1),
         ("shim → agent, `--parallel-delegates 4` (default)", &a4),
         ("shim → agent, 4, cache dir on tmpfs", &a4_tmpfs),
     ];
+    if let (Some(k1), Some(k4)) = (&k1, &k4) {
+        agents.push(("Kubernetes API: shim → agent, `--parallel-delegates 1`", k1));
+        agents.push(("Kubernetes API: shim → agent, `--parallel-delegates 4`", k4));
+    }
+    let server_cpu = kube::server_cpu_ms();
     add_del::run(&world, &agents, iterations)?;
+    if let (Some(before), Some(after)) = (server_cpu, kube::server_cpu_ms()) {
+        println!(
+            "\nAPI server + etcd CPU during part 1: {:.0} ms, {:.1} ms per Kubernetes ADD+DEL ({} of them; the machine's other API server is another process).",
+            after - before,
+            (after - before) / (2 * (iterations + 2)) as f64,
+            // Two Kubernetes variants, each iteration and the 2 warm-ups.
+            2 * (iterations + 2)
+        );
+    }
+    let mut concurrent_agents = vec![("shim → agent, 4 (default), embedded store", &a4)];
+    if let Some(k4) = &k4 {
+        concurrent_agents.push(("Kubernetes API: shim → agent, 4", k4));
+    }
+    concurrent::run(&world, &concurrent_agents, iterations.div_ceil(2))?;
+    if let (Some(kube), Some(k4)) = (&kube, &k4) {
+        match &kube.audit {
+            Some(audit) => kube::requests_per_pod(&world, k4, audit, 5)?,
+            None => println!("# API request counts skipped: {} is not set", kube::AUDIT_ENV),
+        }
+    }
     round_trip::run(&world, &a4, iterations)?;
-    drop((a1, a4_tmpfs));
+    drop((a1, a4_tmpfs, k1));
     rss::run(&world, &a4, pods, idle_at_start)?;
+    if let (Some(kube), Some(k4)) = (&kube, k4) {
+        drop(a4);
+        kube::restart(&world, kube, k4, "k4", pods)?;
+    }
     Ok(())
 }

@@ -102,6 +102,8 @@ struct Faults {
     down: watch::Sender<bool>,
     /// `true` while watches hold their events back.
     watches_paused: watch::Sender<bool>,
+    /// `true` while LISTs wait before answering.
+    lists_paused: watch::Sender<bool>,
     /// Status updates still to lose, per `plural/key` of the object.
     status_conflicts: Mutex<HashMap<String, usize>>,
     /// Concurrent writes made so far.
@@ -118,6 +120,7 @@ impl FakeApiServer {
             faults: Arc::new(Faults {
                 down: watch::Sender::new(false),
                 watches_paused: watch::Sender::new(false),
+                lists_paused: watch::Sender::new(false),
                 status_conflicts: Mutex::default(),
                 concurrent_writes: Mutex::default(),
             }),
@@ -304,6 +307,13 @@ impl FakeApiServer {
     /// (an API server under load), so only a fresh read sees the latest state.
     pub fn pause_watches(&self, paused: bool) {
         self.faults.watches_paused.send_replace(paused);
+    }
+
+    /// Hold back (`true`) or release (`false`) the answers to LISTs (collection GETs, not
+    /// watches): a watch cache in front of this server stays unsynced meanwhile (a large
+    /// LIST on a loaded API server), other requests are answered.
+    pub fn pause_lists(&self, paused: bool) {
+        self.faults.lists_paused.send_replace(paused);
     }
 
     /// Make the next `count` status updates (`PUT .../status`) of one object lose to a
@@ -573,14 +583,22 @@ impl FakeApiServer {
                     .await
                     .map(|events| watch_response(events, down, paused))
             }
-            (Method::GET, None) => self.store.list(&ty, ns, &opts).await.map(|list| {
-                let list = json!({
-                    "apiVersion": ty.api_version, "kind": format!("{}List", ty.kind),
-                    "metadata": {"resourceVersion": list.resource_version},
-                    "items": list.items,
-                });
-                json_response(StatusCode::OK, &list)
-            }),
+            (Method::GET, None) => {
+                let _ = self
+                    .faults
+                    .lists_paused
+                    .subscribe()
+                    .wait_for(|paused| !*paused)
+                    .await;
+                self.store.list(&ty, ns, &opts).await.map(|list| {
+                    let list = json!({
+                        "apiVersion": ty.api_version, "kind": format!("{}List", ty.kind),
+                        "metadata": {"resourceVersion": list.resource_version},
+                        "items": list.items,
+                    });
+                    json_response(StatusCode::OK, &list)
+                })
+            }
             (Method::POST, None) => match object_from(&body, &target, None) {
                 Ok(obj) => self
                     .store

@@ -54,6 +54,42 @@ fn direct_add_del(
     })
 }
 
+/// [`direct_add_del`] for one of several pods at once: ADD, then `barrier` (every pod has
+/// ADDed, failed or not), then DEL. Returns when the ADD and the DEL ended.
+pub fn direct_add_del_at(
+    cni: &CniRuntime<ProcessExec>,
+    request: &AttachmentRequest,
+    plans: &[DelegatePlan],
+    barrier: &std::sync::Barrier,
+) -> Result<(Instant, Instant)> {
+    let conf = |plan: &DelegatePlan| RuntimeConf {
+        container_id: request.container_id.clone(),
+        netns: request.netns.clone(),
+        ifname: plan.ifname.clone(),
+        args: CniArgs::from_pairs(plan.cni_args.clone()),
+        capability_args: Default::default(),
+    };
+    let add = || -> Result<(Vec<Delegate>, Vec<CniResult>)> {
+        let delegates: Vec<Delegate> = plans
+            .iter()
+            .map(|p| Delegate::from_bytes(p.config.text().as_bytes()))
+            .collect::<Result<_, _>>()?;
+        let mut results = Vec::new();
+        for (d, p) in delegates.iter().zip(plans) {
+            results.push(d.add(cni, &conf(p))?);
+        }
+        Ok((delegates, results))
+    };
+    let added = add();
+    let added_at = Instant::now();
+    barrier.wait();
+    let (delegates, results) = added?;
+    for ((d, p), r) in delegates.iter().zip(plans).zip(&results).rev() {
+        d.del(cni, &conf(p), Some(r))?;
+    }
+    Ok((added_at, Instant::now()))
+}
+
 /// The samples of one variant.
 #[derive(Default)]
 struct Samples {

@@ -11,7 +11,7 @@ use crate::world::World;
 use crate::{Agent, BURST_WORKERS, Netns, RSS_SECONDARIES, mib, rss_kib};
 
 /// Run `work(n)` for n in 0..count on `workers` threads; the first error wins.
-fn burst(count: usize, workers: usize, work: &(dyn Fn(usize) -> Result<()> + Sync)) -> Result<Duration> {
+pub fn burst(count: usize, workers: usize, work: &(dyn Fn(usize) -> Result<()> + Sync)) -> Result<Duration> {
     let next = AtomicUsize::new(0);
     let failure = Mutex::new(None);
     let started = Instant::now();

@@ -12,7 +12,9 @@ use serde_json::{Value, json};
 use weft_cni::RequestEnv;
 use weft_meta::{AttachmentRequest, DelegatePlan, MemoryCatalog, MetaConfig, PathEntry, plan_add};
 
-use crate::{Agent, NAMESPACE, Netns, PLUGIN_DIR, RSS_SECONDARIES, SECONDARIES, http_get, weft_binary};
+use crate::{
+    Agent, BURST_WORKERS, NAMESPACE, Netns, PLUGIN_DIR, RSS_SECONDARIES, SECONDARIES, http_get, weft_binary,
+};
 
 /// Files, store objects and namespaces shared by every measurement.
 pub struct World {
@@ -23,6 +25,8 @@ pub struct World {
     pub cluster_file: PathBuf,
     pub host_local: PathBuf,
     pub node: Netns,
+    /// The NADs and pods (YAML), as applied to the embedded store.
+    pub objects: PathBuf,
 }
 
 fn bridge_conf(name: &str, bridge: &str, subnet: &str, data_dir: &Path, gateway: bool) -> Value {
@@ -53,10 +57,17 @@ fn secondary_conf(world_host_local: &Path, n: u32) -> Value {
     )
 }
 
+/// The pod `name` of this run: pods in an API server outlive a run (without a kubelet a pod
+/// bound to a node is never finally deleted), so each run has its own.
+fn run_pod(name: &str) -> String {
+    format!("r{}-{name}", std::process::id())
+}
+
 fn pod_manifest(name: &str, secondaries: u32) -> String {
+    let name = run_pod(name);
     let networks: Vec<String> = (1..=secondaries).map(nad_name).collect();
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {NAMESPACE}\n  annotations:\n    k8s.v1.cni.cncf.io/networks: {}\nspec: {{nodeName: n1}}\n---\n",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {NAMESPACE}\n  annotations:\n    k8s.v1.cni.cncf.io/networks: {}\nspec: {{nodeName: n1, containers: [{{name: c, image: pause}}]}}\n---\n",
         networks.join(",")
     )
 }
@@ -83,11 +94,25 @@ impl World {
             );
         }
         manifests += &pod_manifest("bench", SECONDARIES);
+        for p in 0..BURST_WORKERS {
+            manifests += &pod_manifest(&format!("burst-{p}"), SECONDARIES);
+        }
         for p in 0..pods {
             manifests += &pod_manifest(&format!("rss-{p}"), RSS_SECONDARIES);
         }
         let file = state.join("objects.yaml");
         std::fs::write(&file, manifests)?;
+        // `apply` opens a running store only: create it first.
+        let init = Command::new(&weft)
+            .arg("--state-dir")
+            .arg(state)
+            .arg("init")
+            .output()?;
+        ensure!(
+            init.status.success(),
+            "weft init: {}",
+            String::from_utf8_lossy(&init.stderr)
+        );
         let applied = Command::new(&weft)
             .arg("--state-dir")
             .arg(state)
@@ -107,19 +132,45 @@ impl World {
             cluster_file,
             host_local,
             node: Netns::new(0)?,
+            objects: file,
         })
     }
 
     /// Start an agent in the node netns with its own socket and cache (under the state dir,
     /// or `cache_dir`); waits for `/healthz`.
     pub fn agent(&self, tag: &str, parallel: usize, cache_dir: Option<&Path>) -> Result<Agent> {
+        let agent = self.spawn_agent(tag, parallel, cache_dir, None, "warn")?;
+        self.wait_healthy(tag, &agent)?;
+        Ok(agent)
+    }
+
+    /// [`World::agent`] on the Kubernetes API (`kubeconfig`: the weft-node ServiceAccount's).
+    pub fn kube_agent(&self, tag: &str, parallel: usize, kubeconfig: &Path) -> Result<Agent> {
+        let agent = self.spawn_agent(tag, parallel, None, Some(kubeconfig), "warn")?;
+        self.wait_healthy(tag, &agent)?;
+        Ok(agent)
+    }
+
+    /// Start an agent (embedded store, or the API server of `kubeconfig`) without waiting.
+    pub fn spawn_agent(
+        &self,
+        tag: &str,
+        parallel: usize,
+        cache_dir: Option<&Path>,
+        kubeconfig: Option<&Path>,
+        log: &str,
+    ) -> Result<Agent> {
         let dir = self.state.join(tag);
         std::fs::create_dir_all(&dir)?;
         let cache = cache_dir.map_or_else(|| dir.join("cache"), |d| d.join(tag));
         let socket = dir.join("weft.sock");
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.node.0])
-            .arg(&self.weft)
+        let _ = std::fs::remove_file(&socket);
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.node.0]).arg(&self.weft);
+        if let Some(kubeconfig) = kubeconfig {
+            command.arg("--kubeconfig").arg(kubeconfig);
+        }
+        let child = command
             .arg("--state-dir")
             .arg(&self.state)
             .args(["agent", "--node", "n1", "--parallel-delegates"])
@@ -134,7 +185,7 @@ impl World {
             .arg(&self.bin)
             .arg("--cni-bin-dir")
             .arg(PLUGIN_DIR)
-            .env("WEFT_LOG", "warn")
+            .env("WEFT_LOG", log)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("agent.log"))?)
             .spawn()?;
@@ -143,20 +194,29 @@ impl World {
             "clusterNetwork": self.cluster_file, "confDir": self.conf_dir,
             "daemonSocketDir": dir,
         });
-        let agent = Agent {
+        Ok(Agent {
             child,
             socket,
             cache,
             conf: conf.to_string().into_bytes(),
-        };
+        })
+    }
+
+    /// The log of the agent started as `tag`.
+    pub fn agent_log(&self, tag: &str) -> String {
+        std::fs::read_to_string(self.state.join(tag).join("agent.log")).unwrap_or_default()
+    }
+
+    /// Wait (bounded) until `agent` answers `/healthz` and is the weft process.
+    pub fn wait_healthy(&self, tag: &str, agent: &Agent) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(20);
         while http_get(&agent.socket, "/healthz").is_err() {
             ensure!(
                 Instant::now() < deadline,
                 "agent {tag} did not come up: {}",
-                std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default()
+                self.agent_log(tag)
             );
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(5));
         }
         let comm = std::fs::read_to_string(format!("/proc/{}/comm", agent.pid()))?;
         ensure!(
@@ -164,7 +224,7 @@ impl World {
             "pid {} is {comm:?}, not the agent",
             agent.pid()
         );
-        Ok(agent)
+        Ok(())
     }
 
     /// The CNI environment of a request (what a runtime sets for the shim).
@@ -177,7 +237,8 @@ impl World {
             (
                 "CNI_ARGS".into(),
                 format!(
-                    "IgnoreUnknown=1;K8S_POD_NAMESPACE={NAMESPACE};K8S_POD_NAME={pod};K8S_POD_INFRA_CONTAINER_ID={container}"
+                    "IgnoreUnknown=1;K8S_POD_NAMESPACE={NAMESPACE};K8S_POD_NAME={};K8S_POD_INFRA_CONTAINER_ID={container}",
+                    run_pod(pod)
                 ),
             ),
             ("CNI_PATH".into(), format!("{}:{PLUGIN_DIR}", self.bin.display())),

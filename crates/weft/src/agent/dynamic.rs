@@ -168,8 +168,17 @@ pub async fn sweep(agent: &Agent, failures: &Failures) -> anyhow::Result<usize> 
     Ok(changes)
 }
 
-/// Run sweeps until `stop`.
-pub async fn run(agent: Arc<Agent>, mut stop: tokio::sync::watch::Receiver<bool>) {
+/// Run sweeps until `stop`, the first once `synced` is true (the watch caches hold this node's
+/// pods: a sweep before that would read each attached pod from the API server).
+pub async fn run(
+    agent: Arc<Agent>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    mut synced: tokio::sync::watch::Receiver<bool>,
+) {
+    tokio::select! {
+        _ = synced.wait_for(|s| *s) => {}
+        _ = stop.changed() => return,
+    }
     let failures = Failures::default();
     loop {
         if let Err(e) = sweep(&agent, &failures).await {

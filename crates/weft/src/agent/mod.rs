@@ -147,6 +147,10 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
     }
     let mut store = crate::cluster::open_store(state, crate::cluster::Component::Node).await?;
     let ipam_store = store.clone();
+    // Whether the watch caches have synced (or given up waiting): the dynamic-networks sweep
+    // waits for it, else an agent restarted on a busy node GETs every attached pod from the
+    // API server once before its pod cache holds them.
+    let (synced_tx, synced_rx) = tokio::sync::watch::channel(!crate::cluster::is_kubernetes());
     let store_identity = crate::cluster::store_identity(&crate::cluster::target(), state);
     if crate::cluster::is_kubernetes() {
         // The hot path reads pods and NADs on every CNI request: serve them from watch caches.
@@ -173,6 +177,7 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
                 Ok(()) => tracing::info!("watch caches synced"),
                 Err(e) => tracing::warn!("{e}: reads go to the API server until the caches sync"),
             }
+            synced_tx.send_replace(true);
         });
         store = cached;
     }
@@ -205,7 +210,7 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
     });
     let server_state_for_metrics = server_state.clone();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(dynamic::run(agent.clone(), stop_rx.clone()));
+    tokio::spawn(dynamic::run(agent.clone(), stop_rx.clone(), synced_rx));
     tokio::spawn(journal::run(agent.clone(), stop_rx.clone()));
     if let Some(dir) = args.auto_config.clone() {
         tokio::spawn(autoconf::keep_generated(

@@ -1,0 +1,312 @@
+//! The Kubernetes backend: with `WEFT_BENCH_KUBECONFIG` (the `weft-node` ServiceAccount's, on an
+//! API server with deploy/'s CRDs and RBAC) and `WEFT_BENCH_ADMIN_KUBECONFIG` (one allowed to
+//! create NADs and pods in `default`), the same NADs and pods are created in the API server and
+//! agents run with `--kubeconfig`: they read pods and NADs from their watch caches and write
+//! network-status through `pods/status`. With `WEFT_BENCH_AUDIT_LOG` (the API server's audit log,
+//! JSON lines) the weft-node requests of each phase are counted from it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::Value;
+
+use crate::world::World;
+use crate::{Agent, BURST_WORKERS, Netns, http};
+
+/// The variable naming the weft-node kubeconfig; without it the Kubernetes phases are skipped.
+pub const KUBECONFIG_ENV: &str = "WEFT_BENCH_KUBECONFIG";
+/// The variable naming a kubeconfig that may create the bench's NADs and pods.
+pub const ADMIN_ENV: &str = "WEFT_BENCH_ADMIN_KUBECONFIG";
+/// The variable naming the API server's and etcd's pids (space-separated): their CPU during
+/// part 1 is printed.
+pub const SERVER_PIDS_ENV: &str = "WEFT_BENCH_SERVER_PIDS";
+/// The variable naming the API server's audit log.
+pub const AUDIT_ENV: &str = "WEFT_BENCH_AUDIT_LOG";
+/// The audit log's name for the agent's identity.
+const NODE_USER: &str = "system:serviceaccount:weft-system:weft-node";
+
+/// Where the API server is and how to watch what weft asks of it.
+pub struct Kube {
+    pub kubeconfig: PathBuf,
+    pub audit: Option<PathBuf>,
+}
+
+impl Kube {
+    /// From the environment; `None` (and a line saying so) without [`KUBECONFIG_ENV`].
+    pub fn from_env(world: &World) -> Result<Option<Self>> {
+        let Some(kubeconfig) = std::env::var_os(KUBECONFIG_ENV) else {
+            println!("# Kubernetes backend skipped: {KUBECONFIG_ENV} is not set");
+            return Ok(None);
+        };
+        let admin =
+            std::env::var_os(ADMIN_ENV).with_context(|| format!("{KUBECONFIG_ENV} needs {ADMIN_ENV}"))?;
+        let applied = Command::new(&world.weft)
+            .arg("--kubeconfig")
+            .arg(&admin)
+            .args(["apply", "-f"])
+            .arg(&world.objects)
+            .output()?;
+        ensure!(
+            applied.status.success(),
+            "weft apply to the API server: {}",
+            String::from_utf8_lossy(&applied.stderr)
+        );
+        let kubeconfig = PathBuf::from(kubeconfig);
+        forward_into(&world.node, &api_server_address(&kubeconfig)?)?;
+        Ok(Some(Self {
+            kubeconfig,
+            audit: std::env::var_os(AUDIT_ENV).map(PathBuf::from),
+        }))
+    }
+}
+
+/// CPU (ms) the API server and etcd ([`SERVER_PIDS_ENV`]) have used so far, if named.
+pub fn server_cpu_ms() -> Option<f64> {
+    let pids = std::env::var(SERVER_PIDS_ENV).ok()?;
+    pids.split_whitespace()
+        .map(|p| p.parse().ok().and_then(|pid| crate::cpu_ms(pid).ok()))
+        .sum()
+}
+
+/// `host:port` of the API server a kubeconfig names (its first `server:`).
+fn api_server_address(kubeconfig: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(kubeconfig)?;
+    let at = text.find("server").context("no server in the kubeconfig")?;
+    let rest = &text[at..];
+    let start = rest.find("://").context("no server URL in the kubeconfig")? + 3;
+    let address: String = rest[start..]
+        .chars()
+        .take_while(|c| !matches!(c, '"' | '/' | '\'' | ' ' | '\n'))
+        .collect();
+    ensure!(
+        address.starts_with("127.0.0.1:"),
+        "the API server must be on 127.0.0.1 (not {address})"
+    );
+    Ok(address)
+}
+
+/// Forwards TCP connections to the API server's loopback address inside the node netns (where
+/// the agents run and cannot reach the host's loopback) to the same address on the host.
+/// Its threads end with the process.
+fn forward_into(netns: &Netns, address: &str) -> Result<()> {
+    let file = std::fs::File::open(netns.path())?;
+    let host = std::fs::File::open("/proc/thread-self/ns/net")?;
+    let bind_address = address.to_string();
+    // A thread of its own joins the netns to bind, then returns to the host's.
+    let listener = std::thread::spawn(move || -> Result<std::net::TcpListener> {
+        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).context("setns node")?;
+        let listener = std::net::TcpListener::bind(&bind_address);
+        nix::sched::setns(&host, nix::sched::CloneFlags::CLONE_NEWNET).context("setns host")?;
+        Ok(listener?)
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("bind thread panicked"))??;
+    let address = address.to_string();
+    std::thread::spawn(move || {
+        for inside in listener.incoming().flatten() {
+            let Ok(outside) = std::net::TcpStream::connect(&address) else {
+                continue;
+            };
+            let _ = inside.set_nodelay(true);
+            let _ = outside.set_nodelay(true);
+            let (Ok(mut a), Ok(mut b)) = (inside.try_clone(), outside.try_clone()) else {
+                continue;
+            };
+            let (mut inside, mut outside) = (inside, outside);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut a, &mut outside);
+                let _ = outside.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut b, &mut inside);
+                let _ = inside.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    Ok(())
+}
+
+/// weft-node requests in the audit log from byte `from` to `to` (or its end), as "verb
+/// resource[/sub] code" → count. A watch counts when it starts, anything else when it completes.
+pub fn audit_counts(audit: &Path, from: u64, to: Option<u64>) -> Result<BTreeMap<String, usize>> {
+    let text = std::fs::read(audit)?;
+    let end = to.map_or(text.len(), |to| (to as usize).min(text.len()));
+    let mut counts = BTreeMap::new();
+    for line in text[(from as usize).min(end)..end].split(|b| *b == b'\n') {
+        let Ok(event) = serde_json::from_slice::<Value>(line) else {
+            continue;
+        };
+        if event["user"]["username"] != NODE_USER {
+            continue;
+        }
+        let verb = event["verb"].as_str().unwrap_or("?");
+        let wanted = if verb == "watch" {
+            "ResponseStarted"
+        } else {
+            "ResponseComplete"
+        };
+        if event["stage"] != wanted {
+            continue;
+        }
+        let mut resource = event["objectRef"]["resource"].as_str().unwrap_or("?").to_string();
+        if let Some(sub) = event["objectRef"]["subresource"].as_str() {
+            resource = format!("{resource}/{sub}");
+        }
+        let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
+        *counts.entry(format!("{verb} {resource} {code}")).or_insert(0) += 1;
+    }
+    Ok(counts)
+}
+
+/// The audit log's length now (where the next phase's requests begin), after letting the API
+/// server write what it still holds.
+pub fn audit_mark(audit: &Path) -> Result<u64> {
+    std::thread::sleep(Duration::from_millis(500));
+    Ok(std::fs::metadata(audit)?.len())
+}
+
+fn print_counts(what: &str, counts: &BTreeMap<String, usize>, per: usize) {
+    let total: usize = counts.values().sum();
+    let events: usize = counts
+        .iter()
+        .filter(|(k, _)| k.contains(" events "))
+        .map(|(_, v)| v)
+        .sum();
+    let list: Vec<String> = counts.iter().map(|(k, v)| format!("{k} ×{v}")).collect();
+    println!(
+        "| {what} | {:.2} | {:.2} | {} |",
+        (total - events) as f64 / per.max(1) as f64,
+        events as f64 / per.max(1) as f64,
+        list.join(", ")
+    );
+}
+
+/// API requests per pod ADD and per DEL: `n` sequential ADD+DEL of the bench pod (eth0 + 4
+/// host-local secondaries: no weft-ipam network, so the target is 1 per ADD).
+pub fn requests_per_pod(world: &World, agent: &Agent, audit: &Path, n: usize) -> Result<()> {
+    let pod_ns = Netns::new(30)?;
+    let container = |i: usize| format!("mb{}rq{i}", std::process::id());
+    let start = audit_mark(audit)?;
+    for i in 0..n {
+        world.shim_ok(agent, &world.env("ADD", &container(i), &pod_ns.path(), "bench"))?;
+        world.shim_ok(agent, &world.env("CHECK", &container(i), &pod_ns.path(), "bench"))?;
+        let between = audit_mark(audit)?;
+        world.shim_ok(agent, &world.env("DEL", &container(i), &pod_ns.path(), "bench"))?;
+        let end = audit_mark(audit)?;
+        if i == 0 {
+            println!(
+                "\n## Kubernetes API requests (weft-node, audit log), {n} × ADD+CHECK then DEL of the bench pod\n"
+            );
+            println!("| request | per pod, Events aside | Events per pod | what (first pod) |");
+            println!("|---|---|---|---|");
+            print_counts("ADD + CHECK", &audit_counts(audit, start, Some(between))?, 1);
+            print_counts("DEL", &audit_counts(audit, between, Some(end))?, 1);
+        }
+    }
+    audit_mark(audit)?;
+    print_counts(
+        &format!("all {n} ADD+CHECK+DEL"),
+        &audit_counts(audit, start, None)?,
+        n,
+    );
+    Ok(())
+}
+
+/// Agent restart on a node with `pods` attached pods (eth0 + 2 secondaries each, their
+/// network-status in the API server): the agent `tag` is killed and started again on the same
+/// cache; how long until it answers, is ready, CHECKs, DELs and ADDs, and what it asks the API
+/// server meanwhile. Then DEL of every pod.
+pub fn restart(world: &World, kube: &Kube, agent: Agent, tag: &str, pods: usize) -> Result<()> {
+    let netns: Vec<Netns> = (0..pods).map(|p| Netns::new(1000 + p)).collect::<Result<_>>()?;
+    let container = |p: usize| format!("mb{}rs{p}", std::process::id());
+    let env = |verb: &str, p: usize| world.env(verb, &container(p), &netns[p].path(), &format!("rss-{p}"));
+    let added = crate::rss::burst(pods, BURST_WORKERS, &|p| {
+        world.shim_ok(&agent, &env("ADD", p)).map(|_| ())
+    })?;
+    // The generated conflist (as `--auto-config` writes it): with it the dynamic-networks sweep
+    // runs over every attached pod, as on a deployed node.
+    let conf: Value = serde_json::from_slice(&agent.conf)?;
+    let list = serde_json::json!({"cniVersion": "1.0.0", "name": "weft", "plugins": [conf]});
+    let generated = world.conf_dir.join("00-weft.conflist");
+    std::fs::write(&generated, list.to_string())?;
+    drop(agent);
+    let mark = match &kube.audit {
+        Some(audit) => Some(audit_mark(audit)?),
+        None => None,
+    };
+
+    let started = Instant::now();
+    let agent = world.spawn_agent(tag, 4, None, Some(&kube.kubeconfig), "info")?;
+    world.wait_healthy(tag, &agent)?;
+    let healthy = started.elapsed();
+    let (status, body) = http(&agent.socket, "GET", "/readyz", b"")?;
+    ensure!(status == 200, "/readyz: {status} {body}");
+    let ready = started.elapsed();
+    // DEL, ADD, then CHECK of that pod (a CHECK of an older pod can fail in the reference
+    // bridge plugin: the bridge's MAC follows its ports, so it changed since that pod's ADD).
+    world.shim_ok(&agent, &env("DEL", 0))?;
+    let deleted = started.elapsed();
+    world.shim_ok(&agent, &env("ADD", 0))?;
+    let readded = started.elapsed();
+    world.shim_ok(&agent, &env("CHECK", 0))?;
+    let checked = started.elapsed();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !world.agent_log(tag).contains("watch caches synced") {
+        ensure!(
+            Instant::now() < deadline,
+            "caches did not sync: {}",
+            world.agent_log(tag)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let synced = started.elapsed();
+    // Several sweeps (every 500 ms) over the attached pods.
+    std::thread::sleep(Duration::from_secs(3));
+    let counts = match (&kube.audit, mark) {
+        (Some(audit), Some(mark)) => Some(audit_counts(audit, mark, None)?),
+        _ => None,
+    };
+    std::fs::remove_file(&generated)?;
+    let deleted_all = crate::rss::burst(pods, BURST_WORKERS, &|p| {
+        world.shim_ok(&agent, &env("DEL", p)).map(|_| ())
+    })?;
+    for ns in &netns {
+        let names = ns.link_names()?;
+        if names != ["lo"] {
+            bail!("{} after DEL of all: {names:?}", ns.0);
+        }
+    }
+
+    println!(
+        "\n## Agent restart, {pods} pods attached (eth0 + 2 secondaries each; ADD of all took {:.1} s, 8 at a time)\n",
+        added.as_secs_f64()
+    );
+    println!("| since the new agent process was spawned | ms |");
+    println!("|---|---|");
+    for (what, t) in [
+        ("`/healthz` answers (serving CNI requests)", healthy),
+        ("`/readyz` answers 200", ready),
+        ("first DEL (an attached pod) succeeded", deleted),
+        ("first ADD (that pod again) succeeded", readded),
+        ("first CHECK (that pod) succeeded", checked),
+        ("log says \"watch caches synced\" (first seen after)", synced),
+    ] {
+        println!("| {what} | {:.1} |", t.as_secs_f64() * 1e3);
+    }
+    if let Some(counts) = counts {
+        println!(
+            "\nweft-node requests from the restart until 3 s after the caches synced (the CHECK, DEL and ADD of one pod included):\n"
+        );
+        for (k, v) in &counts {
+            println!("- {k} ×{v}");
+        }
+    }
+    println!(
+        "\nDEL of all {pods} after the restart: {:.1} s; nothing left in the pod netns.",
+        deleted_all.as_secs_f64()
+    );
+    Ok(())
+}
