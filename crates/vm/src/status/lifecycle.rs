@@ -131,6 +131,46 @@ pub fn mark_vmi_failed(status: &mut VmiStatus, reason: &str, ready_reason: Optio
     *status != before
 }
 
+/// What [`set_vmi_waiting`] changed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitingUpdate {
+    /// The status changed (write it).
+    pub changed: bool,
+    /// The `Synchronized` condition now says why the VMI waits, and did not before (record
+    /// the `FailedCreate` Event once).
+    pub newly_blocked: bool,
+}
+
+/// A VMI without a launcher pod: its `Synchronized` condition becomes `blocked` (why it cannot
+/// get one yet, e.g. [`crate::admission::missing_nad_condition`]; `None` removes it), and a
+/// blocked VMI waits in `Pending`.
+pub fn set_vmi_waiting(status: &mut VmiStatus, blocked: Option<Condition>, now: &str) -> WaitingUpdate {
+    let waiting = blocked.is_some();
+    let mut changed = crate::admission::replace_condition(
+        &mut status.conditions,
+        crate::admission::decision::SYNCHRONIZED,
+        blocked,
+        now,
+    );
+    let newly_blocked = changed && waiting;
+    if waiting && status.phase != "Pending" {
+        status.phase = "Pending".into();
+        changed = true;
+    }
+    WaitingUpdate {
+        changed,
+        newly_blocked,
+    }
+}
+
+/// The launcher pod of a VMI was just created: `Scheduling` until the pod reports. Returns
+/// whether the status changed.
+pub fn set_vmi_scheduling(status: &mut VmiStatus) -> bool {
+    let changed = status.phase != "Scheduling";
+    status.phase = "Scheduling".into();
+    changed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,5 +335,45 @@ mod tests {
         let mut other = VmiStatus::default();
         assert!(mark_vmi_failed(&mut other, "bad spec", None, "t1"));
         assert!(other.conditions.is_empty());
+    }
+
+    #[test]
+    fn a_blocked_vmi_waits_in_pending_and_is_announced_once() {
+        let blocked = Condition {
+            type_: crate::admission::decision::SYNCHRONIZED.into(),
+            status: "False".into(),
+            reason: "FailedCreate".into(),
+            message: "NAD ns/blue does not exist".into(),
+            ..Default::default()
+        };
+        let mut status = VmiStatus::default();
+        // Nothing blocks a fresh VMI: nothing to write.
+        assert_eq!(set_vmi_waiting(&mut status, None, "t0"), WaitingUpdate::default());
+        let first = set_vmi_waiting(&mut status, Some(blocked.clone()), "t1");
+        assert_eq!(
+            first,
+            WaitingUpdate {
+                changed: true,
+                newly_blocked: true
+            }
+        );
+        assert_eq!(status.phase, "Pending");
+        // Still blocked the same way: no write, no second Event.
+        assert_eq!(
+            set_vmi_waiting(&mut status, Some(blocked), "t2"),
+            WaitingUpdate::default()
+        );
+        // Unblocked: the condition goes, then the pod is created.
+        assert_eq!(
+            set_vmi_waiting(&mut status, None, "t3"),
+            WaitingUpdate {
+                changed: true,
+                newly_blocked: false
+            }
+        );
+        assert!(status.conditions.is_empty());
+        assert!(set_vmi_scheduling(&mut status));
+        assert_eq!(status.phase, "Scheduling");
+        assert!(!set_vmi_scheduling(&mut status));
     }
 }

@@ -366,18 +366,9 @@ pub(super) async fn reconcile_vmi(
         let mut newly_missing = false;
         api.modify_status(&vmi.metadata.name, |v| {
             let status = v.status.get_or_insert_with(Default::default);
-            let mut changed = weft_vm::admission::replace_condition(
-                &mut status.conditions,
-                weft_vm::admission::decision::SYNCHRONIZED,
-                missing.clone(),
-                &now,
-            );
-            newly_missing = changed && missing.is_some();
-            if waiting && status.phase != "Pending" {
-                status.phase = "Pending".into();
-                changed = true;
-            }
-            changed
+            let update = weft_vm::status::lifecycle::set_vmi_waiting(status, missing.clone(), &now);
+            newly_missing = update.newly_blocked;
+            update.changed
         })
         .await?;
         if let Some(condition) = missing.as_ref().filter(|_| newly_missing) {
@@ -424,10 +415,7 @@ pub(super) async fn reconcile_vmi(
         }
         create_launcher_pod(store, &defaulted).await?;
         api.modify_status(&vmi.metadata.name, |v| {
-            let status = v.status.get_or_insert_with(Default::default);
-            let changed = status.phase != "Scheduling";
-            status.phase = "Scheduling".into();
-            changed
+            weft_vm::status::lifecycle::set_vmi_scheduling(v.status.get_or_insert_with(Default::default))
         })
         .await?;
         return Ok(());

@@ -373,3 +373,55 @@ async fn a_required_migration_is_created_only_for_a_migratable_vmi() {
         "no migration for the non-migratable VMI: {migrations:?}"
     );
 }
+
+#[tokio::test]
+async fn a_vmi_waits_in_pending_for_a_missing_nad_with_one_event_then_gets_its_pod() {
+    let store = cluster().await;
+    let mut vm = vm_json("vm1", "masquerade");
+    vm["spec"]["template"]["spec"]["networks"][2]["multus"]["networkName"] = json!("green");
+    create::<VirtualMachine>(&store, true, vm).await;
+    reconcile(&store, vm_key("vm1")).await;
+    for _ in 0..2 {
+        reconcile(&store, vmi_key("vm1")).await;
+    }
+    let waiting = vmi(&store, "vm1").await.unwrap();
+    assert_eq!(phase(&waiting), "Pending");
+    let synchronized = waiting
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Synchronized"))
+        .expect("the Synchronized condition");
+    assert_eq!(synchronized.status, "False");
+    assert!(synchronized.message.contains("green"), "{}", synchronized.message);
+    assert!(
+        list::<Pod>(&store).await.is_empty(),
+        "no launcher pod while the NAD is missing"
+    );
+    let events = list::<crate::kinds::Event>(&store).await;
+    let failed: Vec<_> = events
+        .iter()
+        .filter(|e| e.reason == synchronized.reason)
+        .collect();
+    assert_eq!(failed.len(), 1, "{events:?}");
+    assert_eq!(failed[0].count, 1, "announced once, not per reconcile");
+
+    // The NAD arrives: the condition goes and the pod is created.
+    let config = json!({"cniVersion": "1.0.0", "name": "green", "type": "bridge"});
+    create::<NetworkAttachmentDefinition>(
+        &store,
+        true,
+        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": "green", "namespace": NS}, "spec": {"config": config.to_string()}}),
+    )
+    .await;
+    reconcile(&store, vmi_key("vm1")).await;
+    let scheduling = vmi(&store, "vm1").await.unwrap();
+    assert_eq!(phase(&scheduling), "Scheduling");
+    assert!(
+        scheduling
+            .status
+            .as_ref()
+            .is_some_and(|s| s.conditions.iter().all(|c| c.type_ != "Synchronized"))
+    );
+    assert_eq!(list::<Pod>(&store).await.len(), 1);
+}
