@@ -71,16 +71,7 @@ pub fn parse_network_config(conf: &Value) -> Result<IpamConfig, ConfigError> {
         .as_object()
         .ok_or_else(|| ConfigError::new("config", "the network configuration is not a JSON object"))?;
     let config_name = opt_str(top, "", "name")?.unwrap_or_default().to_string();
-    let allow_persistent_ips = match top.get("allowPersistentIPs") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(other) => {
-            return Err(ConfigError::new(
-                "allowPersistentIPs",
-                format!("{other} is not a boolean"),
-            ));
-        }
-    };
+    let allow_persistent_ips = allow_persistent_ips(top)?;
     let ipam = top.get("ipam").and_then(Value::as_object).ok_or_else(|| {
         ConfigError::new(
             "ipam",
@@ -88,6 +79,41 @@ pub fn parse_network_config(conf: &Value) -> Result<IpamConfig, ConfigError> {
         )
     })?;
     parse_ipam(ipam, &config_name, allow_persistent_ips)
+}
+
+/// A network config's top-level `allowPersistentIPs` (absent or `null`: `false`).
+fn allow_persistent_ips(top: &Map<String, Value>) -> Result<bool, ConfigError> {
+    match top.get("allowPersistentIPs") {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(other) => Err(ConfigError::new(
+            "allowPersistentIPs",
+            format!("{other} is not a boolean"),
+        )),
+    }
+}
+
+/// The network an IPAMClaim of a NAD names (`spec.network`, what [`IpamConfig::config_name`]
+/// is matched against) when the NAD's config allows persistent IPs, else `None`: the config's
+/// `name`, or `nad_name` when it has none. `allowPersistentIPs` is read as
+/// [`parse_network_config`] reads it; a conflist allows persistent IPs when it or one of its
+/// `plugins` entries does (each plugin gets its entry, with the list's `name`, as its network
+/// configuration). Only the flag is read: the `ipam` section is checked on ADD, and a NAD of
+/// another IPAM honouring IPAMClaims gets its claims too.
+pub fn persistent_claim_network(conf: &Value, nad_name: &str) -> Result<Option<String>, ConfigError> {
+    let top = conf
+        .as_object()
+        .ok_or_else(|| ConfigError::new("config", "the network configuration is not a JSON object"))?;
+    let mut allowed = allow_persistent_ips(top)?;
+    if let Some(plugins) = top.get("plugins").and_then(Value::as_array) {
+        for plugin in plugins.iter().filter_map(Value::as_object) {
+            allowed |= allow_persistent_ips(plugin)?;
+        }
+    }
+    let name = opt_str(top, "", "name")?
+        .filter(|n| !n.is_empty())
+        .unwrap_or(nad_name);
+    Ok(allowed.then(|| name.to_string()))
 }
 
 fn parse_ipam(
@@ -426,6 +452,50 @@ mod tests {
         }
         let cni: CniError = parse(json!({"type": "weft-ipam"})).unwrap_err().into();
         assert_eq!(cni.code, codes::INVALID_NETWORK_CONFIG);
+    }
+
+    #[test]
+    fn claims_are_named_by_the_config_name_of_a_network_allowing_persistent_ips() {
+        let claim = |conf: Value| persistent_claim_network(&conf, "the-nad");
+        assert_eq!(
+            claim(json!({"name": "blue", "allowPersistentIPs": true}))
+                .unwrap()
+                .as_deref(),
+            Some("blue")
+        );
+        // No name: the NAD's.
+        assert_eq!(
+            claim(json!({"allowPersistentIPs": true})).unwrap().as_deref(),
+            Some("the-nad")
+        );
+        assert_eq!(claim(json!({"name": "x"})).unwrap(), None);
+        assert_eq!(
+            claim(json!({"name": "x", "allowPersistentIPs": false})).unwrap(),
+            None
+        );
+        assert_eq!(
+            claim(json!({"name": "x", "allowPersistentIPs": null})).unwrap(),
+            None
+        );
+        // A conflist: the flag on the plugin entry that gets it, named by the list.
+        assert_eq!(
+            claim(json!({"name": "list", "plugins": [{"type": "bridge"},
+                {"type": "bridge", "allowPersistentIPs": true, "ipam": {"type": "weft-ipam"}}]}))
+            .unwrap()
+            .as_deref(),
+            Some("list")
+        );
+        // The same errors the plugin reports on ADD, not a silent "no".
+        let err = claim(json!({"name": "y", "allowPersistentIPs": "yes"})).unwrap_err();
+        assert!(err.to_string().contains("allowPersistentIPs"), "{err}");
+        assert!(claim(json!({"plugins": [{"allowPersistentIPs": 1}]})).is_err());
+        assert!(claim(json!(["not", "an", "object"])).is_err());
+        // And the plugin agrees with the claim decision on the same config.
+        let conf = json!({"name": "blue", "allowPersistentIPs": true,
+            "ipam": {"type": "weft-ipam", "range": "10.0.0.0/24"}});
+        let parsed = parse_network_config(&conf).unwrap();
+        assert!(parsed.allow_persistent_ips);
+        assert_eq!(claim(conf).unwrap(), Some(parsed.config_name));
     }
 
     #[test]

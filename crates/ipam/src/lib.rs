@@ -30,7 +30,7 @@ pub mod vm_claim;
 
 pub use allocator::{Holder, Lease, allocate, release, release_claim};
 pub use claim::IpamClaim;
-pub use config::{ConfigError, IpamConfig, parse_network_config};
+pub use config::{ConfigError, IpamConfig, parse_network_config, persistent_claim_network};
 pub use error::IpamError;
 pub use plugin::handle;
 pub use range::{AddressRange, RangeError};

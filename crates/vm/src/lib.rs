@@ -17,7 +17,9 @@
 //! - [`sync_vm_to_vmi`] and [`is_restart_required`]: VM template changes.
 //! - [`setup`]: which networks the node agent wires (start, migration target, hot-plug,
 //!   unplug) and [`verify_migratable`].
-//! - [`plan_vmi_sync`]: all of the controller's per-sync decisions for a VMI with a pod.
+//! - [`plan_vmi_sync`]: all of the controller's per-sync decisions for a VMI with a pod (its
+//!   phase, node, interfaces, `MigrationRequired`, pod annotations);
+//!   [`plan_vm_status`]: the VM's printable status; [`status::lifecycle`]: `Ready`, `Failed`.
 //! - [`render()`]: `weft vm render`.
 //! - [`vmim::migration_step`]: the `VirtualMachineInstanceMigration` phase machine.
 
@@ -52,5 +54,8 @@ pub use names::{
 pub use netstatus::network_statuses;
 pub use render::{RenderError, render};
 pub use setup::{HotplugPlan, plan_hotplug, verify_migratable};
-pub use status::{DomainReport, controller_status_interfaces, handler_status_interfaces};
+pub use status::{
+    DomainReport, VmStatusUpdate, controller_status_interfaces, handler_status_interfaces, plan_vm_status,
+    vmi_phase_from_pod, wants_running,
+};
 pub use sync::{PodView, VmiSyncPlan, plan_vmi_sync};

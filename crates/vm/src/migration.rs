@@ -5,6 +5,7 @@ use jiff::{SignedDuration, Timestamp};
 use weft_netconf::NetworkStatus;
 
 use crate::api::{BindingKind, Condition, VirtualMachineInstance};
+use crate::config::ClusterConfig;
 use crate::infosource::{self, DOMAIN, MULTUS_STATUS};
 
 /// Condition type.
@@ -161,6 +162,16 @@ pub fn migration_required_condition(vmi: &VirtualMachineInstance) -> Option<&Con
         .find(|c| c.type_ == MIGRATION_REQUIRED)
 }
 
+/// Whether the controller creates a workload-update migration for the VMI: its
+/// `MigrationRequired` condition is `True` and the VMI can live-migrate with its networks
+/// ([`crate::setup::verify_migratable`] with the KubeVirt CR's configuration). As KubeVirt's
+/// workload updater, which only migrates migratable VMIs: a migration of one that cannot
+/// move fails, and would be created again after every failure.
+pub fn workload_migration_due(vmi: &VirtualMachineInstance, config: &ClusterConfig) -> bool {
+    migration_required_condition(vmi).is_some_and(|c| c.status == "True")
+        && crate::setup::verify_migratable(vmi, config).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,5 +230,38 @@ mod tests {
             panic!("expected Set");
         };
         assert_eq!(new.status, "False");
+    }
+
+    #[test]
+    fn a_workload_migration_is_due_only_for_a_required_and_migratable_vmi() {
+        let vmi = |binding: &str, condition: Option<&str>| -> VirtualMachineInstance {
+            let conditions: Vec<_> = condition
+                .map(|status| serde_json::json!({"type": MIGRATION_REQUIRED, "status": status}))
+                .into_iter()
+                .collect();
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "vm", "namespace": "ns"},
+                "spec": {"domain": {"devices": {"interfaces": [{"name": "default", binding: {}}]}},
+                    "networks": [{"name": "default", "pod": {}}]},
+                "status": {"phase": "Running", "conditions": conditions}
+            }))
+            .unwrap()
+        };
+        let config = ClusterConfig::default();
+        assert!(workload_migration_due(&vmi("masquerade", Some("True")), &config));
+        assert!(!workload_migration_due(
+            &vmi("masquerade", Some("False")),
+            &config
+        ));
+        assert!(!workload_migration_due(&vmi("masquerade", None), &config));
+        // Bridge on the pod network cannot move (without the allow annotation): no migration
+        // object that would only fail.
+        assert!(!workload_migration_due(&vmi("bridge", Some("True")), &config));
+        let mut allowed = vmi("bridge", Some("True"));
+        allowed.metadata.annotations.insert(
+            crate::setup::ALLOW_POD_BRIDGE_NETWORK_LIVE_MIGRATION.into(),
+            String::new(),
+        );
+        assert!(workload_migration_due(&allowed, &config));
     }
 }

@@ -57,25 +57,18 @@ pub fn networks_to_hotplug(vmi: &VirtualMachineInstance) -> Vec<&Network> {
 /// Networks to tear down on a running VMI: absent interfaces already gone from the domain
 /// (status entry present without `domain`).
 pub fn networks_to_unplug(vmi: &VirtualMachineInstance) -> Vec<&Network> {
-    let status = vmi.status_interfaces();
-    vmi.spec
-        .networks
-        .iter()
-        .filter(|n| {
-            vmi.spec
-                .interfaces()
-                .iter()
-                .any(|i| i.name == n.name && i.is_absent())
-                && status
-                    .iter()
-                    .any(|s| s.name == n.name && !infosource::contains(&s.info_source, DOMAIN))
-        })
-        .collect()
+    absent_networks(vmi, false)
 }
 
 /// Networks to detach from the running domain: absent interfaces whose NIC is still in it
 /// (status entry with `domain`), as virt-handler's domain sync picks them.
 pub fn networks_to_detach(vmi: &VirtualMachineInstance) -> Vec<&Network> {
+    absent_networks(vmi, true)
+}
+
+/// Networks whose interface is `state: absent` and that have a status entry which is
+/// (`in_domain`) or is not (`!in_domain`) reported by the domain: the two halves of an unplug.
+fn absent_networks(vmi: &VirtualMachineInstance, in_domain: bool) -> Vec<&Network> {
     let status = vmi.status_interfaces();
     vmi.spec
         .networks
@@ -87,7 +80,7 @@ pub fn networks_to_detach(vmi: &VirtualMachineInstance) -> Vec<&Network> {
                 .any(|i| i.name == n.name && i.is_absent())
                 && status
                     .iter()
-                    .any(|s| s.name == n.name && infosource::contains(&s.info_source, DOMAIN))
+                    .any(|s| s.name == n.name && infosource::contains(&s.info_source, DOMAIN) == in_domain)
         })
         .collect()
 }

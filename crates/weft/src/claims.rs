@@ -14,21 +14,25 @@ use weft_vm::{VirtualMachine, VirtualMachineInstance};
 /// Label on claims naming their VM (weft-ipam finds a launcher pod's claims by it).
 pub const VM_LABEL: &str = weft_ipam::vm_claim::CLAIM_VM_LABEL;
 
-/// The NAD's CNI network name if it allows persistent IPs (`allowPersistentIPs: true` in its
-/// config; the config's `name`, else the NAD's).
+/// The NAD's CNI network name if it allows persistent IPs (weft-ipam's decision:
+/// [`weft_ipam::persistent_claim_network`]). A config that is not JSON, or whose flag is not a
+/// boolean, gets no claims (its ADD fails with the config error) and a warning.
 pub fn persistent_network_of(nad: &NetworkAttachmentDefinition) -> Option<String> {
-    let config: Value = serde_json::from_str(&nad.spec.config).unwrap_or(Value::Null);
-    let allowed = config
-        .get("allowPersistentIPs")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    allowed.then(|| {
-        config
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or(&nad.metadata.name)
-            .to_string()
-    })
+    let name = &nad.metadata.name;
+    if nad.spec.config.trim().is_empty() {
+        return None;
+    }
+    let config: Value = match serde_json::from_str(&nad.spec.config) {
+        Ok(config) => config,
+        Err(e) => {
+            tracing::warn!(nad = %name, "no IPAMClaims: spec.config is not JSON: {e}");
+            return None;
+        }
+    };
+    weft_ipam::persistent_claim_network(&config, name)
+        .inspect_err(|e| tracing::warn!(nad = %name, "no IPAMClaims: {e}"))
+        .ok()
+        .flatten()
 }
 
 /// The NAD's CNI network name if it allows persistent IPs, read from the store.
@@ -241,6 +245,12 @@ mod tests {
         let mut broken = nad("z", json!({}));
         broken.spec.config = "{not json".into();
         assert_eq!(persistent_network_of(&broken), None);
+        // A conflist whose plugin entry allows them (what that plugin's ADD sees).
+        let list = nad(
+            "l",
+            json!({"name": "green", "plugins": [{"type": "bridge", "allowPersistentIPs": true}]}),
+        );
+        assert_eq!(persistent_network_of(&list).as_deref(), Some("green"));
     }
 
     #[test]

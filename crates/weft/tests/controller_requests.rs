@@ -348,7 +348,7 @@ fn controller_requests_idle_and_per_vm_lifecycle_are_bounded() {
     assert!(claims(&create) <= 5, "{create:#?}");
     assert!(claims(&delete) <= 3, "{delete:#?}");
     // All roles (the local cluster's): each write once, reads from the cache.
-    assert!(create.len() <= 10, "{create:#?}");
+    assert!(create.len() <= 9, "{create:#?}");
     assert!(delete.len() <= 6, "{delete:#?}");
     assert!(
         create.iter().chain(&delete).all(|r| !r.starts_with("GET ")),

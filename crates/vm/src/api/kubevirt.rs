@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use weft_object::{ObjectMeta, Resource};
+use weft_object::ObjectMeta;
 
 use super::vmi::{Extra, Marker};
 
@@ -22,17 +22,7 @@ pub struct KubeVirt {
     pub extra: Extra,
 }
 
-impl Resource for KubeVirt {
-    const API_VERSION: &'static str = "kubevirt.io/v1";
-    const KIND: &'static str = "KubeVirt";
-    const PLURAL: &'static str = "kubevirts";
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+kubevirt_resource!(KubeVirt, "KubeVirt", "kubevirts");
 
 /// `spec` of the KubeVirt CR.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -1,7 +1,7 @@
 //! `VirtualMachine`: the stateful owner of a VMI, with a VMI template.
 
 use serde::{Deserialize, Serialize};
-use weft_object::{ObjectMeta, Resource};
+use weft_object::ObjectMeta;
 
 use super::vmi::{Extra, VmiSpec};
 
@@ -22,17 +22,7 @@ pub struct VirtualMachine {
     pub extra: Extra,
 }
 
-impl Resource for VirtualMachine {
-    const API_VERSION: &'static str = "kubevirt.io/v1";
-    const KIND: &'static str = "VirtualMachine";
-    const PLURAL: &'static str = "virtualmachines";
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+kubevirt_resource!(VirtualMachine, "VirtualMachine", "virtualmachines");
 
 /// `spec` of a VirtualMachine.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use weft_object::{ObjectMeta, Resource};
+use weft_object::ObjectMeta;
 
 /// Every other JSON field of a struct, kept verbatim.
 pub type Extra = Map<String, Value>;
@@ -30,17 +30,11 @@ pub struct VirtualMachineInstance {
     pub extra: Extra,
 }
 
-impl Resource for VirtualMachineInstance {
-    const API_VERSION: &'static str = "kubevirt.io/v1";
-    const KIND: &'static str = "VirtualMachineInstance";
-    const PLURAL: &'static str = "virtualmachineinstances";
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+kubevirt_resource!(
+    VirtualMachineInstance,
+    "VirtualMachineInstance",
+    "virtualmachineinstances"
+);
 
 impl VirtualMachineInstance {
     /// The VMI's namespace (`""` when unset).

@@ -2,7 +2,7 @@
 //! KubeVirt's field names.
 
 use serde::{Deserialize, Serialize};
-use weft_object::{ObjectMeta, Resource};
+use weft_object::ObjectMeta;
 
 use super::vmi::Extra;
 
@@ -24,17 +24,11 @@ pub struct VirtualMachineInstanceMigration {
     pub extra: Extra,
 }
 
-impl Resource for VirtualMachineInstanceMigration {
-    const API_VERSION: &'static str = "kubevirt.io/v1";
-    const KIND: &'static str = "VirtualMachineInstanceMigration";
-    const PLURAL: &'static str = "virtualmachineinstancemigrations";
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+kubevirt_resource!(
+    VirtualMachineInstanceMigration,
+    "VirtualMachineInstanceMigration",
+    "virtualmachineinstancemigrations"
+);
 
 /// `spec` of a migration.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -286,7 +286,8 @@ pub async fn migrate(
         .get_required(name)
         .await
         .with_context(|| format!("VirtualMachineInstance {namespace}/{name}"))?;
-    let api = weft_store::Api::<weft_vm::VirtualMachineInstanceMigration>::namespaced(store, namespace);
+    let api =
+        weft_store::Api::<weft_vm::VirtualMachineInstanceMigration>::namespaced(store.clone(), namespace);
     let open: Vec<weft_vm::VirtualMachineInstanceMigration> = api
         .list(&Default::default())
         .await?
@@ -322,6 +323,10 @@ pub async fn migrate(
         phase == "Running",
         "VirtualMachineInstance {namespace}/{name} is not running (phase {phase:?})"
     );
+    // As KubeVirt's migration admission: a VMI that cannot move gets no migration object.
+    let config = crate::controller::config::load(&store).await?;
+    weft_vm::verify_migratable(&vmi, &config)
+        .with_context(|| format!("VirtualMachineInstance {namespace}/{name} cannot migrate"))?;
     let mut vmim = crate::controller::migration::new_migration(namespace, name, "kubevirt-migrate-vm-");
     if let Some(node) = to {
         vmim.spec.added_node_selector.insert(

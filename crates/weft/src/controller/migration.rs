@@ -387,14 +387,15 @@ async fn update_state(
 }
 
 /// KubeVirt's workload updater with `workloadUpdateMethods: [LiveMigrate]`: a running VMI
-/// whose `MigrationRequired` condition is `True` (the migration evaluator's decision) and that
-/// has no migration in progress gets one.
+/// whose `MigrationRequired` condition is `True` (the migration evaluator's decision), that can
+/// migrate ([`weft_vm::migration::workload_migration_due`]) and that has no migration in
+/// progress gets one.
 pub async fn ensure_required_migration(
     store: &Arc<dyn Store>,
     vmi: &VirtualMachineInstance,
+    config: &weft_vm::ClusterConfig,
 ) -> anyhow::Result<()> {
-    let required = weft_vm::migration::migration_required_condition(vmi).is_some_and(|c| c.status == "True");
-    if !required {
+    if !weft_vm::migration::workload_migration_due(vmi, config) {
         return Ok(());
     }
     let migrations = migrations_of(store, vmi).await?;

@@ -7,6 +7,8 @@
 pub mod config;
 pub mod launcher_pod;
 pub mod migration;
+#[cfg(test)]
+mod reconcile_tests;
 pub mod reconciler;
 pub mod roles;
 
@@ -39,14 +41,7 @@ pub async fn run(state: &Path, roles: Roles) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Whether a VM wants to run.
-pub fn wants_running(vm: &VirtualMachine) -> bool {
-    match vm.spec.run_strategy.as_deref() {
-        Some("Always") | Some("RerunOnFailure") | Some("Once") => true,
-        Some(_) => false,
-        None => vm.spec.running.unwrap_or(false),
-    }
-}
+pub use weft_vm::wants_running;
 
 /// Check manifests before anything is created: VMs/VMIs validate, and every NAD they name is
 /// among the manifests (or already in the store, checked later by the controller).
@@ -170,28 +165,12 @@ pub(super) async fn reconcile_vm(
         (true, Some(vmi)) => sync_template_changes(store, vm, vmi).await?,
         _ => {}
     }
-    let printable = match (
-        running,
-        existing.and_then(|v| v.status.as_ref()).map(|s| s.phase.as_str()),
-    ) {
-        (true, Some("Running")) => "Running",
-        (true, _) => "Starting",
-        (false, Some(_)) => "Stopping",
-        (false, None) => "Stopped",
-    };
-    let ready = printable == "Running";
-    if vm
-        .status
-        .as_ref()
-        .and_then(|s| s.get("printableStatus"))
-        .and_then(Value::as_str)
-        != Some(printable)
-    {
+    // The VM's status from the VMI as this reconcile found it (the VMI's own changes bring
+    // the VM back: reconciler::keys_for).
+    if let Some(update) = weft_vm::plan_vm_status(vm, existing) {
         Api::<VirtualMachine>::namespaced(store.clone(), &ns)
             .modify_status(&vm.metadata.name, |vm| {
-                let status = vm.status.get_or_insert_with(Default::default);
-                status.insert("printableStatus".into(), Value::String(printable.into()));
-                status.insert("ready".into(), Value::Bool(ready));
+                update.apply(vm.status.get_or_insert_with(Default::default));
                 true
             })
             .await?;
@@ -364,13 +343,10 @@ pub(super) async fn reconcile_vmi(
                 .map(|c| format!("{}: {}", c.field, c.message))
                 .collect::<Vec<_>>()
                 .join("; ");
+            let now = weft_store::now_rfc3339();
             api.modify_status(&vmi.metadata.name, |v| {
                 let status = v.status.get_or_insert_with(Default::default);
-                status.phase = "Failed".into();
-                status
-                    .extra
-                    .insert("reason".into(), Value::String(message.clone()));
-                true
+                weft_vm::status::mark_vmi_failed(status, &message, None, &now)
             })
             .await?;
             return Ok(());
@@ -390,18 +366,9 @@ pub(super) async fn reconcile_vmi(
         let mut newly_missing = false;
         api.modify_status(&vmi.metadata.name, |v| {
             let status = v.status.get_or_insert_with(Default::default);
-            let mut changed = weft_vm::admission::replace_condition(
-                &mut status.conditions,
-                weft_vm::admission::decision::SYNCHRONIZED,
-                missing.clone(),
-                &now,
-            );
-            newly_missing = changed && missing.is_some();
-            if waiting && status.phase != "Pending" {
-                status.phase = "Pending".into();
-                changed = true;
-            }
-            changed
+            let update = weft_vm::status::lifecycle::set_vmi_waiting(status, missing.clone(), &now);
+            newly_missing = update.newly_blocked;
+            update.changed
         })
         .await?;
         if let Some(condition) = missing.as_ref().filter(|_| newly_missing) {
@@ -448,67 +415,38 @@ pub(super) async fn reconcile_vmi(
         }
         create_launcher_pod(store, &defaulted).await?;
         api.modify_status(&vmi.metadata.name, |v| {
-            let status = v.status.get_or_insert_with(Default::default);
-            let changed = status.phase != "Scheduling";
-            status.phase = "Scheduling".into();
-            changed
+            weft_vm::status::lifecycle::set_vmi_scheduling(v.status.get_or_insert_with(Default::default))
         })
         .await?;
         return Ok(());
     };
-    let new_phase = match pod.status.phase.as_str() {
-        "Running" => "Running",
-        "Failed" => "Failed",
-        "Succeeded" => "Succeeded",
-        _ => "Scheduled",
-    };
     let ready = pod.status.phase == "Running";
-    let node = pod.spec.node_name.clone();
     let now = jiff::Timestamp::now();
+    let view = weft_vm::PodView {
+        annotations: &pod.metadata.annotations,
+        ready,
+        phase: &pod.status.phase,
+        node: &pod.spec.node_name,
+    };
+    // One plan per reconcile, made from the VMI as the write sees it (the node agent writes
+    // the interfaces' domain and guest parts concurrently): its status part is written, its
+    // pod annotations patched below.
+    let mut planned = None;
     let updated = api
         .modify_status(&vmi.metadata.name, |v| {
-            let plan = weft_vm::plan_vmi_sync(
-                v,
-                weft_vm::PodView {
-                    annotations: &pod.metadata.annotations,
-                    ready,
-                },
-                migrating,
-                &config,
-                now,
-            );
-            let status = v.status.get_or_insert_with(Default::default);
-            let before = status.clone();
-            status.phase = new_phase.into();
-            status.node_name = node.clone();
-            status.interfaces = plan.status_interfaces;
-            match plan.migration_condition {
-                weft_vm::ConditionUpdate::Keep => {}
-                weft_vm::ConditionUpdate::Remove => {
-                    status.conditions.retain(|c| c.type_ != "MigrationRequired")
-                }
-                weft_vm::ConditionUpdate::Set(condition) => {
-                    status.conditions.retain(|c| c.type_ != "MigrationRequired");
-                    status.conditions.push(*condition);
-                }
-            }
-            *status != before
+            let plan = weft_vm::plan_vmi_sync(v, view, migrating, &config, now);
+            let changed = plan.apply(v.status.get_or_insert_with(Default::default));
+            planned = Some(plan);
+            changed
         })
         .await?;
-    if !migrating && new_phase == "Running" {
-        migration::ensure_required_migration(store, &updated).await?;
+    let Some(plan) = planned else {
+        return Ok(());
+    };
+    if !migrating && plan.phase == "Running" {
+        migration::ensure_required_migration(store, &updated, &config).await?;
     }
     // Hot-plug/unplug: the running pod's networks annotation follows the VMI's interfaces.
-    let plan = weft_vm::plan_vmi_sync(
-        vmi,
-        weft_vm::PodView {
-            annotations: &pod.metadata.annotations,
-            ready,
-        },
-        migrating,
-        &config,
-        now,
-    );
     if !plan.pod_annotations.is_empty() {
         let claims = crate::claims::claim_names_for_vmi(store, vmi).await?;
         let mut patch = plan.pod_annotations;

@@ -299,7 +299,7 @@ pub async fn serve(
     Ok(())
 }
 
-async fn reconcile_key(store: &Arc<dyn Store>, roles: Roles, key: Key) -> anyhow::Result<Action> {
+pub(super) async fn reconcile_key(store: &Arc<dyn Store>, roles: Roles, key: Key) -> anyhow::Result<Action> {
     match key {
         // Beside KubeVirt a VM only gets its claims; VMIs and launcher pods are KubeVirt's.
         Key::Vm(ns, name) if !roles.kubevirt => {

@@ -227,21 +227,7 @@ async fn mark_vmi_failed(agent: &Arc<Agent>, namespace: &str, vmi: &str, code: &
     let marked = Api::<VirtualMachineInstance>::namespaced(agent.store.clone(), namespace)
         .modify_status(vmi, |v| {
             let status = v.status.get_or_insert_with(Default::default);
-            status.phase = "Failed".into();
-            status
-                .extra
-                .insert("reason".into(), serde_json::Value::String(reason.into()));
-            let ready = weft_vm::api::Condition {
-                type_: "Ready".into(),
-                status: "False".into(),
-                reason: code.into(),
-                message: reason.into(),
-                last_transition_time: Some(weft_store::now_rfc3339().into()),
-                ..Default::default()
-            };
-            status.conditions.retain(|c| c.type_ != "Ready");
-            status.conditions.push(ready);
-            true
+            weft_vm::status::mark_vmi_failed(status, reason, Some(code), &weft_store::now_rfc3339())
         })
         .await;
     if let Err(e) = marked

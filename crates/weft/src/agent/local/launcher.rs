@@ -567,20 +567,7 @@ pub async fn report(agent: &Arc<Agent>, namespace: &str, state: &mut LauncherSta
             let status = vmi.status.get_or_insert_with(Default::default);
             status.interfaces = next;
             crate::agent::local::guest_agent::apply(status, &agent_view, &now);
-            let wanted = if ready { "True" } else { "False" };
-            match status.conditions.iter_mut().find(|c| c.type_ == "Ready") {
-                Some(c) if c.status == wanted => {}
-                Some(c) => {
-                    c.status = wanted.into();
-                    c.last_transition_time = Some(now.clone().into());
-                }
-                None => status.conditions.push(weft_vm::api::Condition {
-                    type_: "Ready".into(),
-                    status: wanted.into(),
-                    last_transition_time: Some(now.clone().into()),
-                    ..Default::default()
-                }),
-            }
+            weft_vm::status::set_ready_condition(&mut status.conditions, ready, &now);
             (vmi.status.clone(), vmi.metadata.annotations.clone()) != before
         })
         .await?;
