@@ -342,7 +342,12 @@ async fn reflect(
     let mut failures = LogThrottle::default();
     let mut missing_pause: Option<Duration> = None;
     loop {
-        let mut list = match inner.list(&ty, None, &opts).await {
+        let keep = |o: &mut Object| {
+            if let Some(project) = project {
+                project(o)
+            }
+        };
+        let list = match inner.list_projected(&ty, None, &opts, &keep).await {
             Ok(list) => list,
             // The API does not serve the kind (a CRD not installed): said once, re-checked with
             // backoff, and reads answer NotFound meanwhile (the kind is "synced", empty).
@@ -385,9 +390,6 @@ async fn reflect(
         };
         if missing_pause.take().is_some() {
             tracing::info!(kind = %ty.kind, "{}.{} is served now", ty.plural, ty.group());
-        }
-        if let Some(project) = project {
-            list.items.iter_mut().for_each(project);
         }
         let resource_version = list.resource_version.clone();
         restock(&shelf, &ty, list, &changes);
