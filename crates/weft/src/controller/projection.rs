@@ -1,6 +1,6 @@
 //! What the controller's watch caches keep of each object beside KubeVirt (pure): only what
 //! the claims and the reservation sweep read. At 10,000 VMs × 2 networks the whole objects
-//! held 530–660 MiB; the projections keep the controller within its 100 MiB target
+//! held 520–650 MiB
 //! (docs/benchmarks.md, "Controller at 10,000 VMs"). The local cluster's roles read (and
 //! write) whole VMs, VMIs and pods, so they cache them whole.
 
@@ -15,16 +15,28 @@ use weft_vm::VirtualMachine;
 use super::Roles;
 use crate::kinds::Pod;
 
-/// A VM as the claims role reads it: identity and `spec.template.spec.networks` (the claims'
-/// names and NADs); no annotations, status or the rest of the template.
+/// A VM as the claims role reads it: identity and the Multus networks of
+/// `spec.template.spec.networks` (the claims' names and NADs); no labels, annotations,
+/// status, pod network or the rest of the template. (A one-entry label map alone costs about
+/// 540 bytes: B-tree nodes hold 11.)
 pub fn vm_for_claims(vm: &mut Object) {
+    vm.metadata.labels.clear();
     vm.metadata.annotations.clear();
     vm.metadata.extra.clear();
     let networks = vm
         .data
         .get_mut("spec")
         .and_then(|spec| spec.pointer_mut("/template/spec/networks"))
-        .map(Value::take);
+        .and_then(Value::as_array_mut)
+        .map(|networks| {
+            Value::Array(
+                networks
+                    .iter_mut()
+                    .filter(|n| n.get("multus").is_some())
+                    .map(Value::take)
+                    .collect(),
+            )
+        });
     vm.data.clear();
     if let Some(networks) = networks {
         let mut spec = Map::new();
@@ -35,6 +47,16 @@ pub fn vm_for_claims(vm: &mut Object) {
         outer.insert("template".into(), Value::Object(template));
         vm.data.insert("spec".into(), Value::Object(outer));
     }
+}
+
+/// An IPAMClaim as the claims role reads it: whether it exists and its owner (the VM it
+/// belongs to); no labels, spec or status.
+pub fn claim_for_owner(claim: &mut Object) {
+    claim.data.clear();
+    claim.metadata.labels.clear();
+    claim.metadata.annotations.clear();
+    claim.metadata.extra.clear();
+    claim.metadata.finalizers.clear();
 }
 
 /// A pod as the reservation sweep reads it: namespace, name, uid, whether it is terminating
@@ -50,7 +72,8 @@ pub fn pod_for_sweep(pod: &mut Object) {
 }
 
 /// The projections of the controller's caches for `roles`: beside KubeVirt VMs and pods are
-/// projected (and never written by the controller), every kind loses its managedFields.
+/// VMs, IPAMClaims and pods are projected (the controller only creates and deletes claims and
+/// never writes VMs or pods there), every kind loses its managedFields.
 pub fn for_roles(roles: Roles) -> HashMap<ResourceType, Projection> {
     let mut projections: HashMap<ResourceType, Projection> = [
         NetworkAttachmentDefinition::resource_type(),
@@ -65,6 +88,13 @@ pub fn for_roles(roles: Roles) -> HashMap<ResourceType, Projection> {
             VirtualMachine::resource_type(),
             Projection {
                 project: vm_for_claims,
+                writable: false,
+            },
+        );
+        projections.insert(
+            IpamClaim::resource_type(),
+            Projection {
+                project: claim_for_owner,
                 writable: false,
             },
         );
@@ -105,7 +135,7 @@ mod tests {
             serde_json::to_value(&vm).unwrap(),
             json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
                 "metadata": {"name": "vm1", "namespace": "ns", "uid": "u1", "resourceVersion": "7"},
-                "spec": {"template": {"spec": {"networks": [{"name": "default", "pod": {}},
+                "spec": {"template": {"spec": {"networks": [
                     {"name": "blue", "multus": {"networkName": "blue-nad"}}]}}}})
         );
         let projected: VirtualMachine = vm.to_typed().unwrap();
@@ -115,12 +145,46 @@ mod tests {
             "the claims made from the projection are the ones the whole VM gets"
         );
         assert_eq!(
-            projected.spec.template.spec.networks,
-            whole.spec.template.spec.networks
+            projected.spec.template.spec.networks[..],
+            whole.spec.template.spec.networks[1..]
         );
         assert_eq!(
             crate::claims::claim_names_of_vm_object(&vm),
             vec!["vm1.blue".to_string()]
+        );
+    }
+
+    #[test]
+    fn a_projected_claim_keeps_its_owner_and_its_name() {
+        let mut claim = obj(
+            json!({"apiVersion": "k8s.cni.cncf.io/v1alpha1", "kind": "IPAMClaim",
+            "metadata": {"name": "vm1.blue", "namespace": "ns", "uid": "c1",
+                "labels": {"kubevirt.io/vm": "vm1"},
+                "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+                    "name": "vm1", "uid": "u1", "controller": true}]},
+            "spec": {"network": "blue", "interface": "pod16477688c0e"},
+            "status": {"ips": ["10.0.0.5/24"]}}),
+        );
+        claim_for_owner(&mut claim);
+        assert_eq!(
+            serde_json::to_value(&claim).unwrap(),
+            json!({"apiVersion": "k8s.cni.cncf.io/v1alpha1", "kind": "IPAMClaim",
+                "metadata": {"name": "vm1.blue", "namespace": "ns", "uid": "c1",
+                "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+                    "name": "vm1", "uid": "u1", "controller": true}]}})
+        );
+        let change = weft_store::reconcile::Change {
+            ty: IpamClaim::resource_type(),
+            event: weft_store::WatchEvent::Deleted(claim),
+        };
+        use super::super::reconciler::{Key, keys_for};
+        assert_eq!(
+            keys_for(&change, &|_| Vec::new()),
+            vec![
+                Key::Vm("ns".into(), "vm1".into()),
+                Key::Vmi("ns".into(), "vm1".into())
+            ],
+            "the projected claim still maps to its VM"
         );
     }
 
@@ -151,7 +215,8 @@ mod tests {
         let beside = for_roles(Roles::BESIDE_KUBEVIRT);
         assert!(!beside[&VirtualMachine::resource_type()].writable);
         assert!(!beside[&Pod::resource_type()].writable);
-        assert!(beside[&IpamClaim::resource_type()].writable);
+        assert!(!beside[&IpamClaim::resource_type()].writable);
+        assert!(beside[&IpReservation::resource_type()].writable);
         let local = for_roles(Roles::LOCAL);
         assert!(!local.contains_key(&VirtualMachine::resource_type()));
         assert!(!local.contains_key(&Pod::resource_type()));
