@@ -23,6 +23,8 @@ if [ -z "${WEFT_KUBE_APISERVER:-}" ]; then
     echo "WEFT_KUBE_APISERVER unset: the real_apiserver tests are skipped (not run)" >&2
     filter="$filter and not binary(real_apiserver)"
 fi
+# controller_scale is a benchmark (10,000 VMs, minutes, docs/benchmarks.md), run by hand.
+filter="$filter and not binary(controller_scale)"
 # The leak check runs alone once every other test is done: nextest runs test binaries in
 # parallel, so it cannot be ordered last inside one run.
 cargo nextest run --workspace "${run_ignored[@]}" -E "$filter" "$@"

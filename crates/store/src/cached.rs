@@ -37,10 +37,38 @@ struct Shelf {
 /// Where a reflector reports the changes it sees (for [`crate::reconcile`]).
 type Changes = Option<tokio::sync::mpsc::UnboundedSender<crate::reconcile::Change>>;
 
+/// What a cache keeps of each object of a kind (kube-runtime's reflector `modify`): applied to
+/// every object listed, watched or written before it is cached and reported, so a controller
+/// that reads a few fields of 10,000 objects does not hold all of them.
+#[derive(Clone, Copy, Debug)]
+pub struct Projection {
+    /// Reduce the object in place.
+    pub project: fn(&mut Object),
+    /// Whether the projected object is still a faithful base for a write (`true` when only
+    /// server-kept fields go, e.g. managedFields). When `false`, updates of the kind through
+    /// the cache are refused: a read-modify-write of a projected copy would erase the rest.
+    pub writable: bool,
+}
+
+impl Projection {
+    /// Drop `metadata.managedFields` (the server keeps them when an update omits them).
+    pub const WITHOUT_MANAGED_FIELDS: Projection = Projection {
+        project: strip_managed_fields,
+        writable: true,
+    };
+}
+
+/// Remove `metadata.managedFields`: the API server's bookkeeping, often the larger part of an
+/// object, read by no one in weft; an update that omits it leaves the server's copy alone.
+pub fn strip_managed_fields(object: &mut Object) {
+    object.metadata.extra.remove("managedFields");
+}
+
 /// A store that serves reads of the cached kinds from memory.
 pub struct CachedStore {
     inner: Arc<dyn Store>,
     shelves: HashMap<ResourceType, Arc<RwLock<Shelf>>>,
+    projections: HashMap<ResourceType, Projection>,
     synced: HashMap<ResourceType, watch::Receiver<bool>>,
 }
 
@@ -68,7 +96,7 @@ impl CachedStore {
     /// Cache `kinds` (each optionally narrowed by a selector, e.g. pods of this node) in front
     /// of `inner`. Starts one list+watch task per kind on the current tokio runtime.
     pub fn new(inner: Arc<dyn Store>, kinds: Vec<(ResourceType, ListOptions)>) -> Self {
-        Self::start(inner, kinds, None)
+        Self::start(inner, kinds, None, HashMap::new())
     }
 
     /// As [`CachedStore::new`], and every change the watches see (the first list's objects as
@@ -83,11 +111,29 @@ impl CachedStore {
         Self,
         tokio::sync::mpsc::UnboundedReceiver<crate::reconcile::Change>,
     ) {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        (Self::start(inner, kinds, Some(tx)), rx)
+        Self::with_changes_projected(inner, kinds, HashMap::new())
     }
 
-    fn start(inner: Arc<dyn Store>, kinds: Vec<(ResourceType, ListOptions)>, changes: Changes) -> Self {
+    /// As [`CachedStore::with_changes`], keeping of the kinds in `projections` only what their
+    /// [`Projection`] leaves (reads of those kinds answer the projected objects).
+    pub fn with_changes_projected(
+        inner: Arc<dyn Store>,
+        kinds: Vec<(ResourceType, ListOptions)>,
+        projections: HashMap<ResourceType, Projection>,
+    ) -> (
+        Self,
+        tokio::sync::mpsc::UnboundedReceiver<crate::reconcile::Change>,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (Self::start(inner, kinds, Some(tx), projections), rx)
+    }
+
+    fn start(
+        inner: Arc<dyn Store>,
+        kinds: Vec<(ResourceType, ListOptions)>,
+        changes: Changes,
+        projections: HashMap<ResourceType, Projection>,
+    ) -> Self {
         let mut shelves = HashMap::new();
         let mut synced = HashMap::new();
         for (ty, opts) in kinds {
@@ -100,6 +146,7 @@ impl CachedStore {
                 shelf.clone(),
                 tx,
                 changes.clone(),
+                projections.get(&ty).map(|p| p.project),
             ));
             shelves.insert(ty.clone(), shelf);
             synced.insert(ty, rx);
@@ -107,6 +154,7 @@ impl CachedStore {
         Self {
             inner,
             shelves,
+            projections,
             synced,
         }
     }
@@ -143,6 +191,21 @@ impl CachedStore {
             .collect()
     }
 
+    /// The (namespace, name) of the cached objects of `ty` that `filter` accepts, without
+    /// copying them (a resync's keys at 10,000 VMs). Empty when `ty` is not cached or synced.
+    pub fn keys_where(&self, ty: &ResourceType, filter: &dyn Fn(&Object) -> bool) -> Vec<(String, String)> {
+        let Some(shelf) = self.shelf(ty) else {
+            return Vec::new();
+        };
+        let shelf = shelf.read().unwrap_or_else(|e| e.into_inner());
+        shelf
+            .objects
+            .iter()
+            .filter(|(_, o)| filter(o))
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
     /// Whether the API does not serve `ty` (its CRD is not installed), as last checked.
     pub fn is_missing(&self, ty: &ResourceType) -> bool {
         self.shelves
@@ -160,8 +223,23 @@ impl CachedStore {
             let mut shelf = shelf.write().unwrap_or_else(|e| e.into_inner());
             let key = key_of(obj);
             if shelf.objects.get(&key).is_none_or(|old| newer(obj, old)) {
-                shelf.objects.insert(key, obj.clone());
+                let mut obj = obj.clone();
+                if let Some(p) = self.projections.get(ty) {
+                    (p.project)(&mut obj);
+                }
+                shelf.objects.insert(key, obj);
             }
+        }
+    }
+
+    /// Refuse an update of a kind cached with a projection that is no base for writes.
+    fn check_writable(&self, ty: &ResourceType) -> Result<(), StoreError> {
+        match self.projections.get(ty) {
+            Some(p) if !p.writable => Err(StoreError::Invalid(format!(
+                "{} is cached projected (a partial copy): it is not updated through this cache",
+                ty.kind
+            ))),
+            _ => Ok(()),
         }
     }
 
@@ -225,10 +303,11 @@ fn report(changes: &Changes, ty: &ResourceType, event: WatchEvent) {
     }
 }
 
-/// Replace the shelf's objects with a fresh list, reporting what changed since the last one.
-fn restock(shelf: &RwLock<Shelf>, ty: &ResourceType, list: &ObjectList, changes: &Changes) {
+/// Replace the shelf's objects with a fresh list (taken, not copied), reporting what changed
+/// since the last one.
+fn restock(shelf: &RwLock<Shelf>, ty: &ResourceType, list: ObjectList, changes: &Changes) {
     let mut shelf = shelf.write().unwrap_or_else(|e| e.into_inner());
-    let fresh: BTreeMap<Key, Object> = list.items.iter().map(|o| (key_of(o), o.clone())).collect();
+    let fresh: BTreeMap<Key, Object> = list.items.into_iter().map(|o| (key_of(&o), o)).collect();
     if changes.is_some() {
         for (key, old) in &shelf.objects {
             if !fresh.contains_key(key) {
@@ -246,7 +325,7 @@ fn restock(shelf: &RwLock<Shelf>, ty: &ResourceType, list: &ObjectList, changes:
         }
     }
     shelf.objects = fresh;
-    shelf.resource_version = list.resource_version.clone();
+    shelf.resource_version = list.resource_version;
     shelf.missing = false;
 }
 
@@ -257,12 +336,18 @@ async fn reflect(
     shelf: Arc<RwLock<Shelf>>,
     synced: watch::Sender<bool>,
     changes: Changes,
+    project: Option<fn(&mut Object)>,
 ) {
     // One throttle for the list and watch failures of this kind: an outage fails both.
     let mut failures = LogThrottle::default();
     let mut missing_pause: Option<Duration> = None;
     loop {
-        let list = match inner.list(&ty, None, &opts).await {
+        let keep = |o: &mut Object| {
+            if let Some(project) = project {
+                project(o)
+            }
+        };
+        let list = match inner.list_projected(&ty, None, &opts, &keep).await {
             Ok(list) => list,
             // The API does not serve the kind (a CRD not installed): said once, re-checked with
             // backoff, and reads answer NotFound meanwhile (the kind is "synced", empty).
@@ -306,9 +391,10 @@ async fn reflect(
         if missing_pause.take().is_some() {
             tracing::info!(kind = %ty.kind, "{}.{} is served now", ty.plural, ty.group());
         }
-        restock(&shelf, &ty, &list, &changes);
+        let resource_version = list.resource_version.clone();
+        restock(&shelf, &ty, list, &changes);
         let _ = synced.send(true);
-        let mut stream = match inner.watch(&ty, None, &opts, Some(&list.resource_version)).await {
+        let mut stream = match inner.watch(&ty, None, &opts, Some(&resource_version)).await {
             Ok(stream) => stream,
             Err(e) => {
                 if let Decision::Log { suppressed } = failures.decide(Instant::now()) {
@@ -322,7 +408,12 @@ async fn reflect(
             tracing::info!(kind = %ty.kind, suppressed, "cache watching again");
         }
         while let Some(event) = stream.next().await {
-            let Ok(event) = event else { break };
+            let Ok(mut event) = event else { break };
+            if let Some(project) = project {
+                match &mut event {
+                    WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => project(o),
+                }
+            }
             let mut shelf = shelf.write().unwrap_or_else(|e| e.into_inner());
             match &event {
                 WatchEvent::Added(o) | WatchEvent::Modified(o) => {
@@ -411,12 +502,14 @@ impl Store for CachedStore {
     }
 
     async fn update(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
+        self.check_writable(ty)?;
         let key = key_of(&obj);
         let outcome = self.inner.update(ty, obj).await;
         self.after_update(ty, &key, outcome).await
     }
 
     async fn update_status(&self, ty: &ResourceType, obj: Object) -> Result<Object, StoreError> {
+        self.check_writable(ty)?;
         let key = key_of(&obj);
         let outcome = self.inner.update_status(ty, obj).await;
         self.after_update(ty, &key, outcome).await

@@ -43,7 +43,7 @@ mod store;
 pub mod throttle;
 
 pub use api::{Api, TypedEvent};
-pub use cached::CachedStore;
+pub use cached::{CachedStore, Projection, strip_managed_fields};
 pub use error::StoreError;
 #[cfg(feature = "kube")]
 pub use kubernetes::{ClientIdentity, KubeStore};

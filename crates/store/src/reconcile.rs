@@ -8,7 +8,7 @@
 //! The queue, the backoff and the de-duplication are pure (no I/O, time passed in) and tested
 //! as such; [`run`] only wires them to the change channel and the clock.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Display;
 use std::future::Future;
 use std::time::Duration;
@@ -84,10 +84,14 @@ struct Entry {
 
 /// A de-duplicating work queue of keys with per-key backoff: a key is queued at most once (the
 /// earliest due time wins), is never handed out while it is being reconciled (a change meanwhile
-/// queues it again for after), and fails into exponential backoff.
+/// queues it again for after), and fails into exponential backoff. Queueing, handing out and
+/// finishing a key are O(log n) (an index by due time): at 10,000 VMs a full resync queues
+/// tens of thousands of keys.
 #[derive(Debug)]
 pub struct WorkQueue<K: Ord + Clone> {
     entries: BTreeMap<K, Entry>,
+    /// `(due, key)` of every entry that is queued and not active.
+    ready: BTreeSet<(Instant, K)>,
     backoff: Backoff,
 }
 
@@ -96,6 +100,7 @@ impl<K: Ord + Clone> WorkQueue<K> {
     pub fn new(backoff: Backoff) -> Self {
         Self {
             entries: BTreeMap::new(),
+            ready: BTreeSet::new(),
             backoff,
         }
     }
@@ -105,38 +110,39 @@ impl<K: Ord + Clone> WorkQueue<K> {
     /// but a reconcile that fails and touches its own object must not spin).
     pub fn add(&mut self, key: K, now: Instant) {
         let initial = self.backoff.initial;
-        let entry = self.entry(key);
-        let at = match entry.failed_at {
+        let at = match self.entries.get(&key).and_then(|e| e.failed_at) {
             Some(failed) => (failed + initial).max(now),
             None => now,
         };
-        entry.due = Some(entry.due.map_or(at, |due| due.min(at)));
+        self.add_at(key, at);
     }
 
     /// Queue `key` for `at` (or sooner if it is already queued sooner).
     pub fn add_at(&mut self, key: K, at: Instant) {
-        let entry = self.entry(key);
-        entry.due = Some(entry.due.map_or(at, |due| due.min(at)));
-    }
-
-    fn entry(&mut self, key: K) -> &mut Entry {
-        self.entries.entry(key).or_insert(Entry {
+        let entry = self.entries.entry(key.clone()).or_insert(Entry {
             due: None,
             failures: 0,
             failed_at: None,
             active: false,
-        })
+        });
+        let due = entry.due.map_or(at, |due| due.min(at));
+        let old = entry.due.replace(due);
+        if !entry.active {
+            if let Some(old) = old {
+                self.ready.remove(&(old, key.clone()));
+            }
+            self.ready.insert((due, key));
+        }
     }
 
     /// The next key due at `now` that is not being reconciled, marked active.
     pub fn pop_ready(&mut self, now: Instant) -> Option<K> {
-        let key = self
-            .entries
-            .iter()
-            .filter(|(_, e)| !e.active && e.due.is_some_and(|due| due <= now))
-            .min_by_key(|(_, e)| e.due)
-            .map(|(k, _)| k.clone())?;
-        let entry = self.entries.get_mut(&key).expect("just found");
+        let (due, _) = self.ready.first()?;
+        if *due > now {
+            return None;
+        }
+        let (_, key) = self.ready.pop_first().expect("just seen");
+        let entry = self.entries.get_mut(&key).expect("indexed keys have entries");
         entry.due = None;
         entry.active = true;
         Some(key)
@@ -144,11 +150,7 @@ impl<K: Ord + Clone> WorkQueue<K> {
 
     /// When the next queued (not active) key is due.
     pub fn next_due(&self) -> Option<Instant> {
-        self.entries
-            .values()
-            .filter(|e| !e.active)
-            .filter_map(|e| e.due)
-            .min()
+        self.ready.first().map(|(due, _)| *due)
     }
 
     /// `key`'s reconcile ended: `Ok(action)` resets its backoff (and requeues it if asked),
@@ -158,7 +160,8 @@ impl<K: Ord + Clone> WorkQueue<K> {
         let Some(entry) = self.entries.get_mut(key) else {
             return 0;
         };
-        entry.active = false;
+        let was_active = std::mem::replace(&mut entry.active, false);
+        let old = entry.due;
         match outcome {
             Ok(action) => {
                 entry.failures = 0;
@@ -176,9 +179,18 @@ impl<K: Ord + Clone> WorkQueue<K> {
                 entry.due = Some(entry.due.map_or(at, |due| due.max(at)));
             }
         }
-        let failures = entry.failures;
-        if entry.due.is_none() && failures == 0 {
-            self.entries.remove(key);
+        let (failures, due) = (entry.failures, entry.due);
+        if !was_active && let Some(old) = old {
+            self.ready.remove(&(old, key.clone()));
+        }
+        match due {
+            Some(due) => {
+                self.ready.insert((due, key.clone()));
+            }
+            None if failures == 0 => {
+                self.entries.remove(key);
+            }
+            None => {}
         }
         failures
     }
@@ -456,6 +468,10 @@ mod tests {
                     Op::Wait(n) => now += ms(n),
                 }
                 proptest::prop_assert!(q.len() <= 5);
+                let indexed = q.entries.values().filter(|e| !e.active && e.due.is_some()).count();
+                proptest::prop_assert_eq!(q.ready.len(), indexed, "the due index matches the entries");
+                let earliest = q.entries.values().filter(|e| !e.active).filter_map(|e| e.due).min();
+                proptest::prop_assert_eq!(q.next_due(), earliest);
             }
             for key in std::mem::take(&mut active) {
                 q.finish(&key, Ok(Action::Done), now);

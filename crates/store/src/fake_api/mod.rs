@@ -591,10 +591,19 @@ impl FakeApiServer {
                     .wait_for(|paused| !*paused)
                     .await;
                 self.store.list(&ty, ns, &opts).await.map(|list| {
+                    let limit = param("limit")
+                        .and_then(|l| l.parse::<usize>().ok())
+                        .filter(|l| *l > 0);
+                    let page = path::page(list, limit, param("continue"));
+                    let mut metadata = json!({"resourceVersion": page.resource_version});
+                    if let Some(token) = page.next {
+                        metadata["continue"] = json!(token);
+                        metadata["remainingItemCount"] = json!(page.remaining);
+                    }
                     let list = json!({
                         "apiVersion": ty.api_version, "kind": format!("{}List", ty.kind),
-                        "metadata": {"resourceVersion": list.resource_version},
-                        "items": list.items,
+                        "metadata": metadata,
+                        "items": page.items,
                     });
                     json_response(StatusCode::OK, &list)
                 })

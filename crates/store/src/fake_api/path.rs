@@ -93,6 +93,59 @@ pub(super) fn selector_pairs(selector: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// One page of a list (`limit` / `continue`, as kube-apiserver pages).
+pub(super) struct Page {
+    /// The objects of this page.
+    pub items: Vec<crate::Object>,
+    /// The list's resourceVersion (a continued list keeps the first page's).
+    pub resource_version: String,
+    /// The token for the next page, if any remain.
+    pub next: Option<String>,
+    /// Objects after this page.
+    pub remaining: usize,
+}
+
+/// The page of `list` (ordered by namespace, name) after the `continue` token's key, at most
+/// `limit` objects. The token is `<resourceVersion>/<namespace>/<name>` of the page's last
+/// object; unlike kube-apiserver's, later pages show the current objects, not the snapshot's
+/// (a watch from the first page's resourceVersion replays what changed meanwhile).
+pub(super) fn page(list: crate::ObjectList, limit: Option<usize>, token: Option<&str>) -> Page {
+    let mut resource_version = list.resource_version;
+    let mut items = list.items;
+    if let Some((rv, key)) = token.and_then(|t| t.split_once('/')) {
+        resource_version = rv.to_string();
+        let (ns, name) = key.split_once('/').unwrap_or(("", key));
+        items.retain(|o| {
+            (
+                o.metadata.namespace.as_deref().unwrap_or(""),
+                o.metadata.name.as_str(),
+            ) > (ns, name)
+        });
+    }
+    let Some(limit) = limit.filter(|l| *l < items.len()) else {
+        return Page {
+            items,
+            resource_version,
+            next: None,
+            remaining: 0,
+        };
+    };
+    let remaining = items.len() - limit;
+    items.truncate(limit);
+    let last = items.last().expect("limit > 0");
+    let next = format!(
+        "{resource_version}/{}/{}",
+        last.metadata.namespace.as_deref().unwrap_or(""),
+        last.metadata.name
+    );
+    Page {
+        items,
+        resource_version,
+        next: Some(next),
+        remaining,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,5 +183,39 @@ mod tests {
                 ("spec.nodeName".into(), "n1".into())
             ]
         );
+    }
+
+    #[test]
+    fn lists_are_paged_by_limit_and_continue_in_order() {
+        let objects: Vec<crate::Object> = (0..5)
+            .map(|i| {
+                serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": format!("p{i}"), "namespace": if i < 2 { "a" } else { "b" }}}))
+                .unwrap()
+            })
+            .collect();
+        let list = |rv: &str| crate::ObjectList {
+            items: objects.clone(),
+            resource_version: rv.into(),
+        };
+        let names = |p: &Page| {
+            p.items
+                .iter()
+                .map(|o| o.metadata.name.clone())
+                .collect::<Vec<_>>()
+        };
+        let first = page(list("7"), Some(2), None);
+        assert_eq!(names(&first), ["p0", "p1"]);
+        assert_eq!((first.next.as_deref(), first.remaining), (Some("7/a/p1"), 3));
+        let second = page(list("9"), Some(2), first.next.as_deref());
+        assert_eq!(names(&second), ["p2", "p3"]);
+        assert_eq!(
+            second.resource_version, "7",
+            "a continued list keeps its first resourceVersion"
+        );
+        let last = page(list("9"), Some(2), second.next.as_deref());
+        assert_eq!((names(&last), last.next), (vec!["p4".to_string()], None));
+        let whole = page(list("7"), None, None);
+        assert_eq!((whole.items.len(), whole.next), (5, None));
     }
 }

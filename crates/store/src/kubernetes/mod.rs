@@ -24,6 +24,9 @@ use crate::semantics::check_identity;
 use crate::{ListOptions, Object, ObjectList, ResourceType, Store, StoreError, WatchEvent, WatchStream};
 use convert::{Call, api_resource, from_dynamic, list_params, store_error, to_dynamic, watch_params};
 
+/// Objects per page of [`Store::list_projected`] (kube-runtime's watcher pages by 500 too).
+pub const LIST_PAGE: u32 = 500;
+
 /// A client whose retries of 429/503/504 answers stay short: kube's default policy retries 15
 /// times with backoff up to 1000 s, which would hold a CNI call for minutes behind an API server
 /// answering 503. Ours gives up after about 1.5 s (5 retries, 50 ms doubling to 800 ms) and lets
@@ -235,6 +238,46 @@ impl Store for KubeStore {
         Ok(ObjectList {
             items,
             resource_version: list.metadata.resource_version.unwrap_or_default(),
+        })
+    }
+
+    /// Pages of [`LIST_PAGE`] objects (`limit` / `continue`, one consistent snapshot on the
+    /// API server), each converted and projected before the next is fetched.
+    async fn list_projected(
+        &self,
+        ty: &ResourceType,
+        namespace: Option<&str>,
+        opts: &ListOptions,
+        each: &(dyn for<'o> Fn(&'o mut Object) + Sync),
+    ) -> Result<ObjectList, StoreError> {
+        let mut params = list_params(opts);
+        params.limit = Some(LIST_PAGE);
+        let mut items = Vec::new();
+        let mut resource_version: Option<String> = None;
+        loop {
+            let page = self
+                .api(ty, namespace)
+                .list(&params)
+                .await
+                .map_err(|e| store_error(ty, namespace.unwrap_or("(all)"), Call::Read, None, e))?;
+            // The snapshot is the first page's; later pages are served from it.
+            resource_version.get_or_insert(page.metadata.resource_version.clone().unwrap_or_default());
+            for object in page.items {
+                let mut object = from_dynamic(ty, object)?;
+                each(&mut object);
+                items.push(object);
+            }
+            match page.metadata.continue_ {
+                Some(token) if !token.is_empty() => params.continue_token = Some(token),
+                _ => break,
+            }
+        }
+        items.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
+        Ok(ObjectList {
+            items,
+            resource_version: resource_version.unwrap_or_default(),
         })
     }
 

@@ -2,103 +2,70 @@
 //! every pod this node attached (its cache record names the sandbox and netns, so no CRI call
 //! is needed) follows its `k8s.v1.cni.cncf.io/networks` annotation: new elements are
 //! hot-plugged, removed ones unplugged, network-status kept current.
+//!
+//! Watch-driven on the reconciler framework ([`weft_store::reconcile`]): the watch of this
+//! node's pods → a key per pod → [`reconcile_pod`] from the watch cache, with exponential
+//! backoff on errors (logged once per interval with a count) and a resync of every attached
+//! pod every [`RESYNC`]. An ADD's network-status write is a change of its pod, so a pod whose
+//! annotation changed while its ADD ran is looked at again when the ADD is done. With nothing
+//! changing the agent reads nothing and makes no request for hot-plug.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
 
-use weft_store::Api;
+use weft_store::reconcile::{self, Action, Backoff, Change, Resync};
+use weft_store::{Api, CachedStore, ListOptions, Resource, Store, WatchEvent};
 
 use super::Agent;
 use crate::kinds::Pod;
 
-/// How often pods are compared with their annotation (reads come from the store or its caches).
-const SWEEP: Duration = Duration::from_millis(500);
+/// Every attached pod is compared with its annotation at least this often, changes or not.
+pub const RESYNC: Duration = Duration::from_secs(180);
 
-/// The first retry of a pod whose hot-plug failed waits this long; each further failure doubles
-/// it, up to [`MAX_RETRY`].
-const FIRST_RETRY: Duration = Duration::from_secs(1);
-/// The longest wait between two attempts at a pod whose hot-plug keeps failing.
-const MAX_RETRY: Duration = Duration::from_secs(300);
-/// A failure that repeats is logged again at most this often, with its count.
-const LOG_EVERY: Duration = Duration::from_secs(60);
+/// Error backoff per pod: 1 s, doubling, at most 5 minutes.
+const BACKOFF: Backoff = Backoff {
+    initial: Duration::from_secs(1),
+    max: Duration::from_secs(300),
+};
 
-/// A pod whose reconcile failed: when to try again and what was said about it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Failure {
-    /// Consecutive failures.
-    count: u32,
-    /// No attempt before this.
-    retry_at: Instant,
-    /// The last message logged, and when.
-    logged: Option<(String, Instant)>,
-    /// Failures since the last log line.
-    unlogged: u32,
+/// A pod (namespace, name): what one hot-plug reconcile is about.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PodKey(pub String, pub String);
+
+impl fmt::Display for PodKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.0, self.1)
+    }
 }
 
-/// The wait after `count` consecutive failures: exponential from [`FIRST_RETRY`], capped.
-fn retry_delay(count: u32) -> Duration {
-    FIRST_RETRY
-        .saturating_mul(1u32 << count.saturating_sub(1).min(16))
-        .min(MAX_RETRY)
+/// The key a change touches (pure): a pod created or changed; nothing for a deleted pod (its
+/// DEL owns it) or another kind (the agent's cache also watches NADs).
+pub fn key_for(change: &Change) -> Option<PodKey> {
+    if change.ty.kind != Pod::KIND || matches!(change.event, WatchEvent::Deleted(_)) {
+        return None;
+    }
+    let pod = change.event.object();
+    let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    Some(PodKey(ns, pod.metadata.name.clone()))
 }
 
-/// Record one more failure of a pod at `now`; returns the line to log, if any: the first
-/// failure, a new message, or the same one again after [`LOG_EVERY`] with how often it repeated.
-fn record_failure(previous: Option<Failure>, message: &str, now: Instant) -> (Failure, Option<String>) {
-    let count = previous.as_ref().map_or(0, |f| f.count) + 1;
-    let mut failure = Failure {
-        count,
-        retry_at: now + retry_delay(count),
-        logged: previous.as_ref().and_then(|f| f.logged.clone()),
-        unlogged: previous.as_ref().map_or(0, |f| f.unlogged) + 1,
-    };
-    let line = match &failure.logged {
-        Some((last, at)) if last == message && now.duration_since(*at) < LOG_EVERY => None,
-        Some((last, _)) if last == message => Some(format!(
-            "{message} (failed {} times since the last report; next attempt in {:?})",
-            failure.unlogged,
-            retry_delay(count)
-        )),
-        _ => Some(format!("{message} (next attempt in {:?})", retry_delay(count))),
-    };
-    if line.is_some() {
-        failure.logged = Some((message.to_string(), now));
-        failure.unlogged = 0;
-    }
-    (failure, line)
-}
-
-/// Pods whose reconcile failed, by container ID.
-#[derive(Default)]
-pub struct Failures(Mutex<HashMap<String, Failure>>);
-
-impl Failures {
-    fn due(&self, container_id: &str, now: Instant) -> bool {
-        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(container_id).is_none_or(|f| now >= f.retry_at)
-    }
-
-    fn failed(&self, container_id: &str, message: &str, now: Instant) -> Option<String> {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let (failure, line) = record_failure(map.remove(container_id), message, now);
-        map.insert(container_id.to_string(), failure);
-        line
-    }
-
-    fn succeeded(&self, container_id: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(container_id);
-    }
-
-    fn retain(&self, live: &[String]) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|id, _| live.contains(id));
-    }
+/// The pods this node attached (from the attachment records: no store read), for the resync.
+fn attached_pods(agent: &Agent) -> Vec<PodKey> {
+    let mut keys: Vec<PodKey> = super::cni::cached_records(agent)
+        .into_iter()
+        .filter(|r| !r.k8s.pod_name.is_empty())
+        .map(|r| {
+            let ns = match r.k8s.pod_namespace.as_str() {
+                "" => "default".to_string(),
+                ns => ns.to_string(),
+            };
+            PodKey(ns, r.k8s.pod_name)
+        })
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
 }
 
 /// The meta-plugin config a runtime passes for this node's conflist (its first plugin with the
@@ -114,131 +81,268 @@ pub fn runtime_config_bytes(agent: &Agent) -> anyhow::Result<Vec<u8>> {
     Ok(serde_json::to_vec(&plugin)?)
 }
 
-/// Bring every attached pod in line with its annotation once.
-pub async fn sweep(agent: &Agent, failures: &Failures) -> anyhow::Result<usize> {
-    let Ok(config) = runtime_config_bytes(agent) else {
+/// Bring one pod's attachments on this node in line with its annotation; returns the number
+/// of changes. The pod is read from `reads` (the watch cache).
+pub async fn reconcile_pod(agent: &Agent, reads: &Arc<dyn Store>, key: &PodKey) -> anyhow::Result<usize> {
+    let PodKey(ns, name) = key;
+    let records: Vec<_> = super::cni::cached_records(agent)
+        .into_iter()
+        .filter(|r| {
+            let record_ns = match r.k8s.pod_namespace.as_str() {
+                "" => "default",
+                ns => ns,
+            };
+            record_ns == ns && &r.k8s.pod_name == name
+        })
+        .collect();
+    if records.is_empty() {
+        return Ok(0);
+    }
+    let Some(pod) = Api::<Pod>::namespaced(reads.clone(), ns).get(name).await? else {
         return Ok(0);
     };
     let mut changes = 0;
-    let records = super::cni::cached_records(agent);
-    failures.retain(&records.iter().map(|r| r.container_id.clone()).collect::<Vec<_>>());
     for record in records {
-        if !failures.due(&record.container_id, Instant::now()) {
-            continue;
-        }
-        let (ns, name) = (&record.k8s.pod_namespace, &record.k8s.pod_name);
-        // An ADD still running (results not recorded yet) or one that failed owns the pod.
+        // An ADD still running (results not recorded yet) or one that failed owns the pod; the
+        // ADD's network-status write brings the pod back here.
         let attached = !record.delegates.is_empty()
             && record.results.len() == record.delegates.len()
             && record.results.iter().all(Option::is_some);
-        if name.is_empty() || !attached {
-            continue;
-        }
-        let ns = if ns.is_empty() { "default" } else { ns.as_str() };
-        let Some(pod) = Api::<Pod>::namespaced(agent.store.clone(), ns).get(name).await? else {
-            continue;
-        };
-        if pod
+        let replaced = pod
             .metadata
             .uid
             .as_deref()
-            .is_some_and(|uid| !record.k8s.pod_uid.is_empty() && uid != record.k8s.pod_uid)
-        {
+            .is_some_and(|uid| !record.k8s.pod_uid.is_empty() && uid != record.k8s.pod_uid);
+        if !attached || replaced {
             continue;
         }
+        let Ok(config) = runtime_config_bytes(agent) else {
+            return Ok(changes);
+        };
         match super::cni::reconcile_pod_networks(agent, &config, &record.container_id, &record.netns, &pod)
             .await
         {
-            Ok(n) => {
-                failures.succeeded(&record.container_id);
-                changes += n
-            }
+            Ok(n) => changes += n,
             Err(e) => {
                 let message = match e.details.is_empty() {
                     true => e.msg.clone(),
                     false => format!("{}: {}", e.msg, e.details),
                 };
                 super::pod_events::hotplug_failed(agent, ns, name, &message);
-                if let Some(line) = failures.failed(&record.container_id, &message, Instant::now()) {
-                    tracing::warn!(pod = %format!("{ns}/{name}"), "dynamic networks: {line}");
-                }
+                anyhow::bail!("dynamic networks: {message}");
             }
         }
     }
     Ok(changes)
 }
 
-/// Run sweeps until `stop`, the first once `synced` is true (the watch caches hold this node's
-/// pods: a sweep before that would read each attached pod from the API server).
+/// Run the hot-plug reconciler until `stop`, from the moment `synced` is true (the watch caches
+/// hold this node's pods: a pass before that, e.g. the resync's, would read each attached pod
+/// from the API server). `changes` are the agent's pod cache's (on Kubernetes); without them
+/// (the local cluster's embedded store) the role watches this node's pods through a cache of
+/// its own.
 pub async fn run(
     agent: Arc<Agent>,
     mut stop: tokio::sync::watch::Receiver<bool>,
     mut synced: tokio::sync::watch::Receiver<bool>,
+    changes: Option<tokio::sync::mpsc::UnboundedReceiver<Change>>,
 ) {
     tokio::select! {
         _ = synced.wait_for(|s| *s) => {}
         _ = stop.changed() => return,
     }
-    let failures = Failures::default();
-    loop {
-        if let Err(e) = sweep(&agent, &failures).await {
-            tracing::warn!("dynamic networks: {e:#}");
+    let (reads, changes): (Arc<dyn Store>, _) = match changes {
+        Some(changes) => (agent.store.clone(), changes),
+        None => {
+            let (cache, changes) = CachedStore::with_changes(
+                agent.store.clone(),
+                vec![(
+                    Pod::resource_type(),
+                    ListOptions::default().field("spec.nodeName", &agent.args.node),
+                )],
+            );
+            (Arc::new(cache), changes)
         }
-        tokio::select! {
-            _ = tokio::time::sleep(SWEEP) => {}
-            _ = stop.changed() => return,
-        }
-    }
+    };
+    let for_resync = agent.clone();
+    let config = reconcile::Config {
+        name: "dynamic networks",
+        backoff: BACKOFF,
+        resyncs: vec![Resync {
+            every: RESYNC,
+            keys: Box::new(move || attached_pods(&for_resync)),
+        }],
+    };
+    reconcile::run(
+        changes,
+        |change: &Change| key_for(change).into_iter().collect(),
+        move |key: PodKey| {
+            let (agent, reads) = (agent.clone(), reads.clone());
+            Box::pin(async move {
+                reconcile_pod(&agent, &reads, &key).await?;
+                Ok::<_, anyhow::Error>(Action::Done)
+            })
+        },
+        config,
+        async move {
+            let _ = stop.changed().await;
+        },
+    )
+    .await;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
-    #[test]
-    fn retries_back_off_exponentially_up_to_the_cap() {
-        assert_eq!(retry_delay(1), Duration::from_secs(1));
-        assert_eq!(retry_delay(2), Duration::from_secs(2));
-        assert_eq!(retry_delay(5), Duration::from_secs(16));
-        assert_eq!(retry_delay(30), MAX_RETRY);
-        assert_eq!(retry_delay(u32::MAX), MAX_RETRY);
-    }
-
-    #[test]
-    fn a_repeating_failure_is_logged_once_per_interval_with_its_count() {
-        let t0 = Instant::now();
-        let (f, line) = record_failure(None, "boom", t0);
-        assert!(line.unwrap().starts_with("boom"));
-        assert_eq!(f.retry_at, t0 + Duration::from_secs(1));
-        let mut f = Some(f);
-        let mut lines = Vec::new();
-        // Ten more failures within a minute: silent.
-        for i in 1..=10 {
-            let (next, line) = record_failure(f, "boom", t0 + Duration::from_secs(i));
-            lines.extend(line);
-            f = Some(next);
+    fn change(event: fn(weft_store::Object) -> WatchEvent, kind: &str) -> Change {
+        let object: weft_store::Object = serde_json::from_value(json!({"apiVersion": "v1", "kind": kind,
+            "metadata": {"name": "web", "namespace": "ns"}}))
+        .unwrap();
+        let ty = match kind {
+            "Pod" => Pod::resource_type(),
+            _ => <weft_netconf::NetworkAttachmentDefinition as Resource>::resource_type(),
+        };
+        Change {
+            ty,
+            event: event(object),
         }
-        assert!(lines.is_empty(), "{lines:?}");
-        let (next, line) = record_failure(f, "boom", t0 + Duration::from_secs(61));
-        assert!(line.unwrap().contains("failed 11 times since the last report"));
-        // A different message is reported at once.
-        let (_, line) = record_failure(Some(next), "other", t0 + Duration::from_secs(62));
-        assert!(line.unwrap().starts_with("other"));
+    }
+
+    /// The agent as `weft agent` builds it, on `store`, with its cache dir under `dir`.
+    fn agent_on(store: Arc<dyn Store>, backend: Arc<dyn Store>, dir: &std::path::Path) -> Arc<Agent> {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            agent: super::super::AgentArgs,
+        }
+        let path = |p: &str| dir.join(p).display().to_string();
+        let args = Cli::parse_from([
+            "weft".to_string(),
+            "--node".into(),
+            "n1".into(),
+            "--socket".into(),
+            path("weft.sock"),
+            "--conf-dir".into(),
+            path("net.d"),
+            "--cache-dir".into(),
+            path("cache"),
+        ])
+        .agent;
+        Arc::new(Agent {
+            args,
+            state_dir: dir.to_path_buf(),
+            store,
+            ipam_store: backend.clone(),
+            store_identity: None,
+            daemon_config: Default::default(),
+            metrics: Default::default(),
+            journal: super::super::journal::ReleaseJournal::open(dir),
+            events: crate::event_recorder::Recorder::new(
+                backend,
+                "weft-node",
+                crate::event_recorder::Limits::default(),
+            ),
+        })
+    }
+
+    /// Issue 9: with nothing changing, the hot-plug role reads nothing (not even its cache) and
+    /// the API sees only the cache's list and watch; a change of an attached pod's networks is
+    /// looked at within moments (the root tests in tests/hotplug.rs and tests/shim_agent.rs
+    /// plug and unplug real interfaces; this one counts reads).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_idle_agent_reads_nothing_and_a_networks_change_is_looked_at_promptly() {
+        use std::time::Instant;
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Arc::new(weft_store::double::StoreDouble::default());
+        let pods = Pod::resource_type();
+        let pod: weft_store::Object = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+            "spec": {"nodeName": "n1"}}))
+        .unwrap();
+        backend.create(&pods, pod).await.unwrap();
+        // The attachment record of the pod's sandbox (an ADD in flight: nothing to plug yet).
+        std::fs::create_dir_all(dir.path().join("cache")).unwrap();
+        let record = weft_meta::CacheRecord {
+            version: weft_meta::CACHE_VERSION,
+            container_id: "c1".into(),
+            netns: "/var/run/netns/none".into(),
+            ifname: "eth0".into(),
+            k8s: weft_meta::K8sArgs {
+                pod_namespace: "default".into(),
+                pod_name: "web".into(),
+                pod_uid: "u1".into(),
+                ..Default::default()
+            },
+            delegates: Vec::new(),
+            results: Vec::new(),
+        };
+        std::fs::write(
+            dir.path().join("cache/c1.json"),
+            serde_json::to_vec(&record).unwrap(),
+        )
+        .unwrap();
+        // The changes come from a watch cache over the store; the reads go to the store
+        // itself here, so every read the role makes is counted.
+        let (cache, changes) = CachedStore::with_changes(
+            backend.clone(),
+            vec![(pods.clone(), ListOptions::default().field("spec.nodeName", "n1"))],
+        );
+        cache.wait_synced(Duration::from_secs(5)).await.unwrap();
+        let agent = agent_on(backend.clone(), backend.clone(), dir.path());
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let (_synced_tx, synced) = tokio::sync::watch::channel(true);
+        let task = tokio::spawn(run(agent, stop_rx, synced, Some(changes)));
+        let gets = || backend.calls("get");
+        let wait_gets = |at_least: usize| {
+            let backend = backend.clone();
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while backend.calls("get") < at_least {
+                    assert!(Instant::now() < deadline, "no read of the pod within 5 s");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        };
+        // Started: the pod (listed as Added) is looked at once.
+        wait_gets(1).await;
+        let before = backend.take_calls();
+        assert_eq!(before.get("get"), Some(&1), "{before:?}");
+        // Idle: a window far longer than the old 500 ms polling (which read every pod each pass).
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let idle = backend.take_calls();
+        assert!(idle.is_empty(), "store calls while idle: {idle:?}");
+        // A networks change of the pod: looked at promptly.
+        let mut pod = backend.get(&pods, Some("default"), "web").await.unwrap().unwrap();
+        pod.metadata
+            .annotations
+            .insert(weft_netconf::NETWORKS_ANNOTATION.into(), "br-hl".into());
+        backend.take_calls();
+        let changed = Instant::now();
+        backend.update(&pods, pod).await.unwrap();
+        wait_gets(1).await;
+        assert_eq!(gets(), 1, "one read of the changed pod");
+        assert!(
+            changed.elapsed() < Duration::from_secs(2),
+            "took {:?}",
+            changed.elapsed()
+        );
+        let _ = stop_tx.send(true);
+        task.await.unwrap();
     }
 
     #[test]
-    fn a_failed_pod_waits_for_its_retry_and_success_forgets_it() {
-        let failures = Failures::default();
-        let t0 = Instant::now();
-        assert!(failures.due("c1", t0));
-        assert!(failures.failed("c1", "boom", t0).is_some());
-        assert!(!failures.due("c1", t0 + Duration::from_millis(500)));
-        assert!(failures.due("c1", t0 + Duration::from_secs(1)));
-        assert!(failures.due("c2", t0));
-        failures.succeeded("c1");
-        assert!(failures.due("c1", t0));
-        failures.failed("c3", "boom", t0);
-        failures.retain(&["c1".to_string()]);
-        assert!(failures.due("c3", t0), "records of pods gone are dropped");
+    fn a_pod_change_is_its_key_and_a_deletion_or_a_nad_nothing() {
+        let key = Some(PodKey("ns".into(), "web".into()));
+        assert_eq!(key_for(&change(WatchEvent::Added, "Pod")), key);
+        assert_eq!(key_for(&change(WatchEvent::Modified, "Pod")), key);
+        assert_eq!(key_for(&change(WatchEvent::Deleted, "Pod")), None);
+        assert_eq!(
+            key_for(&change(WatchEvent::Modified, "NetworkAttachmentDefinition")),
+            None
+        );
+        assert_eq!(PodKey("ns".into(), "web".into()).to_string(), "ns/web");
     }
 }

@@ -152,9 +152,12 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
     // API server once before its pod cache holds them.
     let (synced_tx, synced_rx) = tokio::sync::watch::channel(!crate::cluster::is_kubernetes());
     let store_identity = crate::cluster::store_identity(&crate::cluster::target(), state);
+    // The pod cache's changes drive the hot-plug reconciler (dynamic.rs); on the embedded store
+    // it watches through a cache of its own.
+    let mut pod_changes = None;
     if crate::cluster::is_kubernetes() {
         // The hot path reads pods and NADs on every CNI request: serve them from watch caches.
-        let cached = weft_store::CachedStore::new(
+        let (cached, changes) = weft_store::CachedStore::with_changes(
             store,
             vec![
                 (
@@ -170,6 +173,7 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
         // Serve at once, synced or not: until the caches sync, reads go to the API server, and
         // DEL works from the attachment records even when the API server is down (an agent
         // restarted during an outage must not fail every DEL as "agent unreachable").
+        pod_changes = Some(changes);
         let cached = Arc::new(cached);
         let syncing = cached.clone();
         tokio::spawn(async move {
@@ -210,7 +214,12 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
     });
     let server_state_for_metrics = server_state.clone();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(dynamic::run(agent.clone(), stop_rx.clone(), synced_rx));
+    tokio::spawn(dynamic::run(
+        agent.clone(),
+        stop_rx.clone(),
+        synced_rx,
+        pod_changes,
+    ));
     tokio::spawn(journal::run(agent.clone(), stop_rx.clone()));
     if let Some(dir) = args.auto_config.clone() {
         tokio::spawn(autoconf::keep_generated(

@@ -236,13 +236,18 @@ pub fn run() -> i32 {
 /// `kube_client::client::builder`, at ERROR, once per attempt and per retry) is off unless the
 /// spec names a `kube_client` target itself. weft reports the same failures in its own words,
 /// throttled (`weft_store::throttle`): left on, an API server outage logged ~6 lines a second.
+/// Its watch decoder's `eof in poll` / `timeout in poll` (target `kube_client::client`, WARN,
+/// once per broken watch, so on every attempt while the API server drops connections) only
+/// end the stream: weft's reflector re-lists and logs that throttled, so that target is at
+/// ERROR.
 pub fn log_filter(spec: &str) -> String {
+    const KUBE_CLIENT: &str = "kube_client::client=error,kube_client::client::builder=off";
     if spec.contains("kube_client") {
         spec.to_string()
     } else if spec.trim().is_empty() {
-        "info,kube_client::client::builder=off".to_string()
+        format!("info,{KUBE_CLIENT}")
     } else {
-        format!("{spec},kube_client::client::builder=off")
+        format!("{spec},{KUBE_CLIENT}")
     }
 }
 
@@ -337,12 +342,50 @@ mod tests {
 
     #[test]
     fn kube_rs_request_failures_are_off_unless_asked_for() {
-        assert_eq!(log_filter("info"), "info,kube_client::client::builder=off");
-        assert_eq!(
-            log_filter("debug,weft=trace"),
-            "debug,weft=trace,kube_client::client::builder=off"
-        );
-        assert_eq!(log_filter(""), "info,kube_client::client::builder=off");
+        let kube = "kube_client::client=error,kube_client::client::builder=off";
+        assert_eq!(log_filter("info"), format!("info,{kube}"));
+        assert_eq!(log_filter("debug,weft=trace"), format!("debug,weft=trace,{kube}"));
+        assert_eq!(log_filter(""), format!("info,{kube}"));
         assert_eq!(log_filter("kube_client=debug"), "kube_client=debug");
+    }
+
+    /// kube-client's watch decoder warns `eof in poll` (target `kube_client::client`) each
+    /// time a watch breaks, as during an API server outage; the filter drops it (and its
+    /// request-failure line) but keeps that module's errors and everything of weft's.
+    #[test]
+    fn kube_clients_eof_in_poll_warning_is_filtered_out() {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Lines(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::try_new(log_filter("info")).unwrap())
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            // The events exactly as kube-client 5 emits them (its targets are module paths).
+            tracing::warn!(target: "kube_client::client", "eof in poll: {:?}", "unexpected EOF");
+            tracing::warn!(target: "kube_client::client", "timeout in poll: deadline");
+            tracing::error!(target: "kube_client::client::builder", "failed with error error trying to connect");
+            tracing::error!(target: "kube_client::client", "a real client error");
+            tracing::warn!(target: "weft_store::cached", "cache watch failed: down");
+        });
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        assert!(!text.contains("eof in poll"), "{text}");
+        assert!(!text.contains("timeout in poll"), "{text}");
+        assert!(!text.contains("trying to connect"), "{text}");
+        assert!(text.contains("a real client error"), "{text}");
+        assert!(text.contains("cache watch failed"), "{text}");
     }
 }

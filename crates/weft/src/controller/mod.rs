@@ -7,6 +7,7 @@
 pub mod config;
 pub mod launcher_pod;
 pub mod migration;
+pub mod projection;
 #[cfg(test)]
 mod reconcile_tests;
 pub mod reconciler;

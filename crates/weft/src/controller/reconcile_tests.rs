@@ -269,13 +269,20 @@ async fn stopping_and_deleting_a_vm_removes_its_vmi_pod_and_claims() {
     assert!(list::<Pod>(&store).await.is_empty());
     assert_eq!(list::<IpamClaim>(&store).await.len(), 1);
 
-    // Delete the VM: the claims' garbage collection removes its claim.
+    // Delete the VM: each claim's own reconcile removes it (its VM is gone).
+    let claims: Vec<String> = list::<IpamClaim>(&store)
+        .await
+        .iter()
+        .map(|c| c.metadata.name.clone())
+        .collect();
     Api::<VirtualMachine>::namespaced(store.clone(), NS)
         .delete("vm1")
         .await
         .unwrap();
     reconcile(&store, vm_key("vm1")).await;
-    reconcile(&store, Key::ClaimsGc).await;
+    for claim in claims {
+        reconcile(&store, Key::Claim(NS.into(), claim)).await;
+    }
     assert!(list::<IpamClaim>(&store).await.is_empty(), "the claim is gone");
 }
 

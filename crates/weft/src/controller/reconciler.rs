@@ -26,8 +26,8 @@ pub enum Key {
     Vmi(String, String),
     /// A launcher pod: deleted when its VMI is gone.
     LauncherPod(String, String),
-    /// IPAMClaims whose VM is gone (deleted, addresses released).
-    ClaimsGc,
+    /// An IPAMClaim: deleted (addresses released) when its VM is gone.
+    Claim(String, String),
     /// Leaked IP reservations (their own resync, every 30 s).
     IpamSweep,
 }
@@ -38,7 +38,7 @@ impl fmt::Display for Key {
             Key::Vm(ns, name) => write!(f, "vm {ns}/{name}"),
             Key::Vmi(ns, name) => write!(f, "vmi {ns}/{name}"),
             Key::LauncherPod(ns, name) => write!(f, "pod {ns}/{name}"),
-            Key::ClaimsGc => f.write_str("claims"),
+            Key::Claim(ns, name) => write!(f, "claim {ns}/{name}"),
             Key::IpamSweep => f.write_str("ipam sweep"),
         }
     }
@@ -146,9 +146,14 @@ pub fn keys_for(change: &Change, cached: &dyn Fn(&ResourceType) -> Vec<Object>) 
     };
     match change.ty.kind.as_str() {
         "VirtualMachine" => {
-            let mut keys = vec![Key::Vm(ns.clone(), name.clone()), Key::Vmi(ns, name)];
+            let mut keys = vec![Key::Vm(ns.clone(), name.clone()), Key::Vmi(ns.clone(), name)];
             if deleted {
-                keys.push(Key::ClaimsGc);
+                // Its claims, by name (pure: no scan of every claim per deleted VM).
+                keys.extend(
+                    crate::claims::claim_names_of_vm_object(object)
+                        .into_iter()
+                        .map(|claim| Key::Claim(ns.clone(), claim)),
+                );
             }
             keys
         }
@@ -201,7 +206,12 @@ pub fn keys_for(change: &Change, cached: &dyn Fn(&ResourceType) -> Vec<Object>) 
             vmi_keys(&cached(&VirtualMachineInstance::resource_type()), vmi_not_running)
         }
         "IPAMClaim" => {
-            let mut keys = vec![Key::ClaimsGc];
+            // A claim made or changed: is its VM still there? A claim deleted: its VM (if it
+            // still wants it) makes it again.
+            let mut keys = match deleted {
+                false => vec![Key::Claim(ns.clone(), name)],
+                true => Vec::new(),
+            };
             if let Some(vm) = object
                 .metadata
                 .label(crate::claims::VM_LABEL)
@@ -209,6 +219,9 @@ pub fn keys_for(change: &Change, cached: &dyn Fn(&ResourceType) -> Vec<Object>) 
                 .or_else(|| owner(VirtualMachine::KIND))
             {
                 // The VMI's pod annotations name its claims.
+                if deleted {
+                    keys.push(Key::Vm(ns.clone(), vm.clone()));
+                }
                 keys.push(Key::Vmi(ns, vm));
             }
             keys
@@ -232,25 +245,25 @@ pub fn keys_for(change: &Change, cached: &dyn Fn(&ResourceType) -> Vec<Object>) 
     }
 }
 
-/// Every key, for the full resync.
+/// Every key, for the full resync (the cache's keys only: no object is copied).
 fn all_keys(cache: &CachedStore) -> Vec<Key> {
-    let mut keys = vec![Key::ClaimsGc];
-    for vm in cache.snapshot(&VirtualMachine::resource_type(), None) {
-        let (ns, name) = ns_name(&vm);
-        keys.push(Key::Vm(ns, name));
-    }
-    keys.extend(vmi_keys(
-        &cache.snapshot(&VirtualMachineInstance::resource_type(), None),
-        |_| true,
-    ));
+    let every = |_: &Object| true;
     let (label, value) = launcher_pod::LAUNCHER_LABEL;
-    for pod in cache.snapshot(&Pod::resource_type(), None) {
-        if pod.metadata.label(label) == Some(value) {
-            let (ns, name) = ns_name(&pod);
-            keys.push(Key::LauncherPod(ns, name));
-        }
-    }
-    keys
+    let keyed = |ty: ResourceType, filter: &dyn Fn(&Object) -> bool, key: fn(String, String) -> Key| {
+        cache
+            .keys_where(&ty, filter)
+            .into_iter()
+            .map(move |(ns, name)| key(ns, name))
+    };
+    keyed(VirtualMachine::resource_type(), &every, Key::Vm)
+        .chain(keyed(VirtualMachineInstance::resource_type(), &every, Key::Vmi))
+        .chain(keyed(
+            Pod::resource_type(),
+            &|pod| pod.metadata.label(label) == Some(value),
+            Key::LauncherPod,
+        ))
+        .chain(keyed(IpamClaim::resource_type(), &every, Key::Claim))
+        .collect()
 }
 
 /// Run the controller on `inner` until `shutdown` completes.
@@ -260,7 +273,8 @@ pub async fn serve(
     roles: Roles,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let (cache, changes) = CachedStore::with_changes(inner, watched(roles));
+    let (cache, changes) =
+        CachedStore::with_changes_projected(inner, watched(roles), super::projection::for_roles(roles));
     // Until synced, reads go to the API (correct, only slower): no need to wait forever.
     if let Err(e) = cache.wait_synced(Duration::from_secs(30)).await {
         tracing::warn!("controller: {e}; reconciling from the API meanwhile");
@@ -311,7 +325,7 @@ pub(super) async fn reconcile_key(store: &Arc<dyn Store>, roles: Roles, key: Key
             }
         }
         Key::Vmi(..) | Key::LauncherPod(..) if !roles.kubevirt => {}
-        Key::ClaimsGc if !roles.claims => {}
+        Key::Claim(..) if !roles.claims => {}
         Key::IpamSweep if !roles.reservation_gc => {}
         Key::Vm(ns, name) => {
             let Some(vm) = Api::<VirtualMachine>::namespaced(store.clone(), &ns)
@@ -369,17 +383,7 @@ pub(super) async fn reconcile_key(store: &Arc<dyn Store>, roles: Roles, key: Key
                 pods.delete(&name).await?;
             }
         }
-        Key::ClaimsGc => {
-            let vms = match Api::<VirtualMachine>::all(store.clone())
-                .list(&ListOptions::default())
-                .await
-            {
-                // No VirtualMachine CRD: no claim can be told orphaned.
-                Err(e) if e.is_not_served() => return Ok(Action::Done),
-                other => other?,
-            };
-            crate::claims::collect_orphans(store, &vms).await?;
-        }
+        Key::Claim(ns, name) => crate::claims::collect_if_orphan(store, &ns, &name).await?,
         Key::IpamSweep => {
             crate::claims::reconcile_reservations(store).await?;
         }
@@ -425,9 +429,14 @@ mod tests {
     }
 
     #[test]
-    fn a_vm_change_touches_the_vm_and_its_vmi_and_its_deletion_the_claims() {
+    fn a_vm_change_touches_the_vm_and_its_vmi_and_its_deletion_its_claims() {
         let vm = obj(json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
-            "metadata": {"name": "vm1", "namespace": "ns"}}));
+            "metadata": {"name": "vm1", "namespace": "ns"},
+            "spec": {"template": {"spec": {"networks": [
+                {"name": "default", "pod": {}},
+                {"name": "primary", "multus": {"networkName": "p", "default": true}},
+                {"name": "blue", "multus": {"networkName": "blue-nad"}},
+                {"name": "green", "multus": {"networkName": "other/green"}}]}}}}));
         let none = |_: &ResourceType| Vec::new();
         assert_eq!(
             keys_for(&change::<VirtualMachine>(WatchEvent::Added, vm.clone()), &none),
@@ -435,7 +444,12 @@ mod tests {
         );
         assert_eq!(
             keys_for(&change::<VirtualMachine>(WatchEvent::Deleted, vm), &none),
-            vec![k(Key::Vm, "vm1"), k(Key::Vmi, "vm1"), Key::ClaimsGc]
+            vec![
+                k(Key::Vm, "vm1"),
+                k(Key::Vmi, "vm1"),
+                k(Key::Claim, "vm1.blue"),
+                k(Key::Claim, "vm1.green")
+            ]
         );
     }
 
@@ -533,15 +547,20 @@ mod tests {
     }
 
     #[test]
-    fn a_claim_touches_the_gc_and_its_vms_vmi() {
+    fn a_claim_touches_itself_and_its_vms_vmi_and_its_deletion_its_vm() {
         let claim = obj(
             json!({"apiVersion": "k8s.cni.cncf.io/v1alpha1", "kind": "IPAMClaim",
             "metadata": {"name": "vm1.net1", "namespace": "ns", "labels": {"kubevirt.io/vm": "vm1"}}}),
         );
         let none = |_: &ResourceType| Vec::new();
         assert_eq!(
-            keys_for(&change::<IpamClaim>(WatchEvent::Added, claim), &none),
-            vec![Key::ClaimsGc, k(Key::Vmi, "vm1")]
+            keys_for(&change::<IpamClaim>(WatchEvent::Added, claim.clone()), &none),
+            vec![k(Key::Claim, "vm1.net1"), k(Key::Vmi, "vm1")]
+        );
+        assert_eq!(
+            keys_for(&change::<IpamClaim>(WatchEvent::Deleted, claim), &none),
+            vec![k(Key::Vm, "vm1"), k(Key::Vmi, "vm1")],
+            "a claim deleted while its VM lives is made again"
         );
         let reservation = obj(json!({"apiVersion": "ipam.weft.dev/v1", "kind": "IPReservation",
             "metadata": {"name": "r"}}));
