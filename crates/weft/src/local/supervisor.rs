@@ -179,7 +179,6 @@ fn agent_command(topology: &Topology, exe: &Path, c: &Component) -> Command {
     let mut command = Command::new(exe);
     command
         .env("WEFT_STATE_DIR", state)
-        .env("WEFT_NO_GUESTS", if topology.no_guests { "1" } else { "" })
         .args(["agent", "--local", "--node", &node.name])
         .arg("--socket")
         .arg(node.socket())
@@ -193,6 +192,9 @@ fn agent_command(topology: &Topology, exe: &Path, c: &Component) -> Command {
         .arg("/usr/lib/cni")
         .arg("--state-dir")
         .arg(state);
+    if topology.no_guests {
+        command.arg("--no-guests");
+    }
     command
 }
 
