@@ -98,10 +98,7 @@ fn run(state: &Path) {
     );
 
     // A VM whose secondary names a missing NAD.
-    let file = state.join("vm-broken.yaml");
-    std::fs::write(&file, BROKEN_VM).unwrap();
-    let applied = weft(state, &["apply", "-f", file.to_str().unwrap()]);
-    assert!(applied.status.success(), "{}", text(&applied));
+    apply(state, "vm-broken.yaml", BROKEN_VM);
     let broken = wait("vm-broken's explain to fail on the NAD", 60, || {
         let (code, report, out) = explain(state, "vm-broken");
         let spec = &report["interfaces"][1]["stages"][0];

@@ -108,10 +108,7 @@ fn leased_nic(state: &Path, name: &str, prefix: &str) -> serde_json::Value {
 fn run(state: &Path) {
     let up = weft(state, &["up", "--timeout", "120"]);
     assert!(up.status.success(), "{}", text(&up));
-    let nads = state.join("routeless-nads.yaml");
-    std::fs::write(&nads, ROUTELESS_NADS).unwrap();
-    let applied = weft(state, &["apply", "-f", nads.to_str().unwrap()]);
-    assert!(applied.status.success(), "{}", text(&applied));
+    apply(state, "routeless-nads.yaml", ROUTELESS_NADS);
     let vm = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/vm.yaml")).unwrap();
     let plugged = vm
         .replace(

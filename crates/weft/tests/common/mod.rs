@@ -39,6 +39,19 @@ pub fn weft(state: &Path, args: &[&str]) -> Output {
         .expect("run weft")
 }
 
+/// `weft apply -f` of `manifests`, first written to `file` in `state` (left there for the
+/// post-mortem); panics with the output unless the apply succeeded.
+pub fn apply(state: &Path, file: &str, manifests: &str) {
+    let path = state.join(file);
+    std::fs::write(&path, manifests).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    let applied = weft(state, &["apply", "-f", path.to_str().expect("a UTF-8 path")]);
+    assert!(
+        applied.status.success(),
+        "weft apply -f {file}: {}",
+        text(&applied)
+    );
+}
+
 /// Text of an output, for assertion messages.
 pub fn text(output: &Output) -> String {
     format!(
