@@ -176,6 +176,38 @@ pub fn start_agent(node: &Netns, state: &Path, conf_dir: &Path, bin: &Path, extr
     KillOnDrop(agent)
 }
 
+/// `weft agent` for Kubernetes node `node_name` on `state`'s kubeconfig, started in `node`: the
+/// layout the Kubernetes tests give a node (`<state>/{kubeconfig, weft.sock, net.d, cache,
+/// bin}`, delegates from `bin` then /usr/lib/cni, log appended to `<state>/agent.log`).
+pub fn spawn_kube_agent(node: &Netns, state: &Path, node_name: &str) -> Child {
+    node.command(&[weft_bin().to_str().unwrap()])
+        .arg("--kubeconfig")
+        .arg(state.join("kubeconfig"))
+        .arg("--state-dir")
+        .arg(state)
+        .args(["--log", "info", "agent", "--node", node_name])
+        .arg("--socket")
+        .arg(state.join("weft.sock"))
+        .arg("--conf-dir")
+        .arg(state.join("net.d"))
+        .arg("--cache-dir")
+        .arg(state.join("cache"))
+        .arg("--cni-bin-dir")
+        .arg(state.join("bin"))
+        .arg("--cni-bin-dir")
+        .arg("/usr/lib/cni")
+        .stdout(Stdio::null())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(state.join("agent.log"))
+                .unwrap(),
+        )
+        .spawn()
+        .unwrap()
+}
+
 /// `command` (the weft binary, however it is entered into the node) completed into
 /// `weft agent --node n1` on the embedded store of `state`: socket `<state>/weft.sock`, conf dir
 /// `conf_dir`, delegates from `bin` then /usr/lib/cni, log in `<state>/agent.log`.
