@@ -525,4 +525,25 @@ mod tests {
         let mut null = Value::Null;
         assert!(set_condition(&mut null, "Ready", "True", "AgentReady", "", "t"));
     }
+
+    #[test]
+    fn agents_get_no_guests_as_an_option_not_an_environment_variable() {
+        let args = |no_guests: bool| {
+            let mut topology = Topology::new(Path::new("/state"), "c1", 1);
+            topology.no_guests = no_guests;
+            let agent = components(&topology).remove(0);
+            let command = (agent.command)(&topology, Path::new("/weft"), &agent);
+            assert!(
+                command.get_envs().all(|(k, _)| k != "WEFT_NO_GUESTS"),
+                "no environment variable carries it"
+            );
+            command
+                .get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+        };
+        let without = args(true);
+        assert!(without.contains(&"--local".to_string()) && without.contains(&"--no-guests".to_string()));
+        assert!(!args(false).contains(&"--no-guests".to_string()));
+    }
 }

@@ -32,3 +32,40 @@ pub struct AgentContext {
 pub fn pods_dir(cache_dir: &std::path::Path) -> PathBuf {
     cache_dir.parent().unwrap_or(cache_dir).join("pods")
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        agent: crate::agent::AgentArgs,
+    }
+
+    #[test]
+    fn pods_sit_next_to_the_cache_dir() {
+        assert_eq!(
+            pods_dir(Path::new("/state/node1/cache")),
+            Path::new("/state/node1/pods")
+        );
+        // A cache dir with no parent keeps its pods inside.
+        assert_eq!(pods_dir(Path::new("/")), Path::new("/pods"));
+    }
+
+    #[test]
+    fn no_guests_is_an_option_of_the_local_agent_only() {
+        let local = Cli::try_parse_from(["weft", "--node", "n1", "--local", "--no-guests"]).unwrap();
+        assert!(local.agent.local && local.agent.no_guests);
+        let plain = Cli::try_parse_from(["weft", "--node", "n1", "--local"]).unwrap();
+        assert!(!plain.agent.no_guests, "guests boot unless told otherwise");
+        let refused = Cli::try_parse_from(["weft", "--node", "n1", "--no-guests"])
+            .err()
+            .expect("--no-guests without --local is refused");
+        assert!(refused.to_string().contains("--local"), "{refused}");
+    }
+}
