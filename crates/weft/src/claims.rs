@@ -121,7 +121,7 @@ pub async fn claim_names_for_vmi(
     let ns = vmi.namespace().to_string();
     let vm = vmi
         .metadata
-        .label(crate::controller::launcher_pod::VM_NAME_LABEL)
+        .label(crate::kinds::VM_NAME_LABEL)
         .unwrap_or(&vmi.metadata.name);
     let api = Api::<IpamClaim>::namespaced(store.clone(), &ns);
     let mut out = BTreeMap::new();

@@ -5,6 +5,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use weft_store::{ObjectMeta, Resource};
 
+/// Label naming the VM of a launcher pod (KubeVirt's), which the VM's claims carry too.
+pub const VM_NAME_LABEL: &str = "vm.kubevirt.io/name";
+
 /// A Pod (core/v1), the fields weft uses.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Pod {

@@ -33,10 +33,11 @@ impl Node {
         let state = dir.path();
         let (bin, conf_dir) = node_files(state, "10.251.0.0/24");
         if !manifests.is_empty() {
-            let file = state.join("objects.yaml");
-            std::fs::write(&file, manifests.replace("{state}", &state.display().to_string())).unwrap();
-            let applied = weft(state, &["apply", "-f", file.to_str().unwrap()]);
-            assert!(applied.status.success(), "{}", text(&applied));
+            apply(
+                state,
+                "objects.yaml",
+                &manifests.replace("{state}", &state.display().to_string()),
+            );
         }
         let node = Netns::new(&format!("{tag}-node"));
         let agent = start_agent(&node, state, &conf_dir, &bin, extra);

@@ -45,10 +45,7 @@ kind: Pod
 metadata: {name: aux, namespace: default}
 spec: {nodeName: n1}
 "#;
-    let file = state.join("objects.yaml");
-    std::fs::write(&file, manifests).unwrap();
-    let applied = weft(state, &["apply", "-f", file.to_str().unwrap()]);
-    assert!(applied.status.success(), "{}", text(&applied));
+    apply(state, "objects.yaml", manifests);
 
     let node = Netns::new("aux-node");
     let _agent = start_agent(&node, state, &conf_dir, &bin, &[]);

@@ -71,10 +71,7 @@ metadata:
     k8s.v1.cni.cncf.io/networks: sriov
 spec: {nodeName: n1}
 "#;
-    let file = state.join("objects.yaml");
-    std::fs::write(&file, manifests).unwrap();
-    let applied = weft(state, &["apply", "-f", file.to_str().unwrap()]);
-    assert!(applied.status.success(), "{}", text(&applied));
+    apply(state, "objects.yaml", manifests);
 
     // The kubelet's checkpoint: this pod holds two devices of the resource (NUMA-keyed form),
     // another pod one more.

@@ -98,10 +98,7 @@ fn run(state: &Path) {
     );
 
     // A VM whose secondary names a missing NAD.
-    let file = state.join("vm-broken.yaml");
-    std::fs::write(&file, BROKEN_VM).unwrap();
-    let applied = weft(state, &["apply", "-f", file.to_str().unwrap()]);
-    assert!(applied.status.success(), "{}", text(&applied));
+    apply(state, "vm-broken.yaml", BROKEN_VM);
     let broken = wait("vm-broken's explain to fail on the NAD", 60, || {
         let (code, report, out) = explain(state, "vm-broken");
         let spec = &report["interfaces"][1]["stages"][0];
@@ -143,19 +140,16 @@ fn run(state: &Path) {
 
     // A NAD whose delegate plugin is not installed: the local kubelet's FailedCreatePodSandBox
     // Event carries the CNI error, explain names the plugin.
-    let file = state.join("vm-plug.yaml");
-    std::fs::write(
-        &file,
-        format!(
+    apply(
+        state,
+        "vm-plug.yaml",
+        &format!(
             "{BAD_PLUGIN_NAD}---\n{}",
             BROKEN_VM
                 .replace("vm-broken", "vm-plug")
                 .replace("networkName: nope", "networkName: badplug")
         ),
-    )
-    .unwrap();
-    let applied = weft(state, &["apply", "-f", file.to_str().unwrap()]);
-    assert!(applied.status.success(), "{}", text(&applied));
+    );
     let plug = wait("vm-plug's explain to name the missing plugin", 90, || {
         let (code, report, out) = explain(state, "vm-plug");
         let status = &report["interfaces"][1]["stages"][2];

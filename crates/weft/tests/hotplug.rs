@@ -108,10 +108,7 @@ fn leased_nic(state: &Path, name: &str, prefix: &str) -> serde_json::Value {
 fn run(state: &Path) {
     let up = weft(state, &["up", "--timeout", "120"]);
     assert!(up.status.success(), "{}", text(&up));
-    let nads = state.join("routeless-nads.yaml");
-    std::fs::write(&nads, ROUTELESS_NADS).unwrap();
-    let applied = weft(state, &["apply", "-f", nads.to_str().unwrap()]);
-    assert!(applied.status.success(), "{}", text(&applied));
+    apply(state, "routeless-nads.yaml", ROUTELESS_NADS);
     let vm = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/vm.yaml")).unwrap();
     let plugged = vm
         .replace(
@@ -123,13 +120,7 @@ fn run(state: &Path) {
             "            networkName: data\n        - name: storage\n          multus:\n            networkName: plain-gw\n        - name: backup\n          multus:\n            networkName: plain\n",
         );
     assert_ne!(plugged, vm, "the example changed: update this test");
-    let file = state.join("vm-plugged.yaml");
-    std::fs::write(&file, &plugged).unwrap();
-    assert!(
-        weft(state, &["apply", "-f", file.to_str().unwrap()])
-            .status
-            .success()
-    );
+    apply(state, "vm-plugged.yaml", &plugged);
 
     // The VMI gets the interface; the pod gets it under its hashed name; status follows.
     let storage_iface = wait("storage attached to the pod", || {
@@ -218,12 +209,7 @@ fn run(state: &Path) {
         "            - name: storage\n              bridge: {}\n",
         "            - name: storage\n              bridge: {}\n              state: absent\n",
     );
-    std::fs::write(&file, &unplugged).unwrap();
-    assert!(
-        weft(state, &["apply", "-f", file.to_str().unwrap()])
-            .status
-            .success()
-    );
+    apply(state, "vm-plugged.yaml", &unplugged);
     wait("storage detached from the pod", || {
         let pod = launcher_pod(state)?;
         (!statuses(&pod)

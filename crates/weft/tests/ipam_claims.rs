@@ -211,13 +211,7 @@ fn run(state: &Path) {
             "      domain:\n",
             "      nodeSelector:\n        kubernetes.io/hostname: node2\n      domain:\n",
         );
-    let file = state.join("vm1-node2.yaml");
-    std::fs::write(&file, moved).unwrap();
-    assert!(
-        weft(state, &["apply", "-f", file.to_str().unwrap()])
-            .status
-            .success()
-    );
+    apply(state, "vm1-node2.yaml", &moved);
     let (moved_ip, moved_node) = wait("vm1 on node2", || data_ip(state).filter(|(_, n)| n == "node2"));
     assert_eq!(
         (moved_ip.as_str(), moved_node.as_str()),

@@ -550,17 +550,14 @@ fn failure_reason(m: &Value) -> String {
 /// A slow migration (the transfer capped at 2 MiB/s) created from a manifest, and the
 /// moment its transfer is under way (progress `active`, bytes sent).
 fn slow_migration(state: &Path, name: &str) {
-    let file = state.join(format!("{name}.yaml"));
-    std::fs::write(
-        &file,
-        format!(
+    apply(
+        state,
+        &format!("{name}.yaml"),
+        &format!(
             "apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstanceMigration\nmetadata:\n  name: {name}\n  \
              namespace: default\n  annotations:\n    weft.dev/migration-bandwidth: \"2097152\"\nspec:\n  vmiName: vm1\n"
         ),
-    )
-    .unwrap();
-    let out = weft(state, &["apply", "-f", file.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", text(&out));
+    );
     wait(&format!("{name} transferring"), 120, || {
         let m = vmim(state, name);
         let progress: Value =

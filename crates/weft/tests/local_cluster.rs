@@ -139,10 +139,7 @@ fn exercise(state: &std::path::Path) {
             "ping=172.31.255.254 wget=http://172.31.255.254:8080/",
             &format!("ping={vm1_data_ip}"),
         );
-    let file = state.join("vm2.yaml");
-    std::fs::write(&file, vm2).unwrap();
-    let applied = weft(state, &["apply", "-f", file.to_str().unwrap()]);
-    assert!(applied.status.success(), "{}", text(&applied));
+    apply(state, "vm2.yaml", &vm2);
     let ping = wait_for_check(state, "vm2", "ping", &vm1_data_ip);
     assert_eq!(ping["ok"], true, "vm2 -> vm1 over the data network: {ping}");
     // The least-loaded node took vm2: the ping crossed the VXLAN overlay between the nodes.

@@ -194,10 +194,7 @@ fn exercise(state: &Path) {
         "ping=172.31.255.254,fd00:31::fe wget=http://172.31.255.254:8080/",
         &format!("ping={vm1_data_v6}"),
     );
-    let file = state.join("vm2.yaml");
-    std::fs::write(&file, vm2).unwrap();
-    let applied = weft(state, &["apply", "-f", file.to_str().unwrap()]);
-    assert!(applied.status.success(), "{}", text(&applied));
+    apply(state, "vm2.yaml", &vm2);
     let ping = wait_for_check(state, "vm2", "ping", &vm1_data_v6);
     assert_eq!(
         ping["ok"],

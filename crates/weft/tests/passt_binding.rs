@@ -346,10 +346,7 @@ fn unregistered_then_registered(state: &Path) {
     let pods = json(state, &["get", "pods", "-o", "json"]).to_string();
     assert!(!pods.contains("virt-launcher-vmp-"), "no launcher pod: {pods}");
     // Registering the plugin lets the VMI start, its passt with it.
-    let kubevirt = state.join("kubevirt.yaml");
-    std::fs::write(&kubevirt, KUBEVIRT).unwrap();
-    let applied = weft(state, &["apply", "-f", kubevirt.to_str().unwrap()]);
-    assert!(applied.status.success(), "{}", text(&applied));
+    apply(state, "kubevirt.yaml", KUBEVIRT);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let vmi = json(state, &["get", "vmi", "vmp", "-o", "json"]);

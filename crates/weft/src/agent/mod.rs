@@ -73,6 +73,10 @@ pub struct AgentArgs {
     /// Local-cluster mode: also run pod sandboxes and guests for pods bound to this node.
     #[arg(long)]
     pub local: bool,
+    /// Local-cluster mode: wire the guests' NICs, but boot no guests (no QEMU; `weft up
+    /// --no-guests`).
+    #[arg(long, requires = "local")]
+    pub no_guests: bool,
 }
 
 /// The agent's shared state.
@@ -230,10 +234,19 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
         ));
     }
     if args.local {
-        let agent = agent.clone();
+        // The roles see only what they need of the agent.
+        let roles = Arc::new(local::context::AgentContext {
+            node: args.node.clone(),
+            store: agent.store.clone(),
+            state_dir: agent.state_dir.clone(),
+            conf_dir: args.conf_dir.clone(),
+            cni_bin_dirs: args.cni_bin_dirs.clone(),
+            pods_dir: local::context::pods_dir(&args.cache_dir),
+            no_guests: args.no_guests,
+        });
         let stop = stop_rx.clone();
         tokio::spawn(async move {
-            if let Err(e) = crate::agent::local::kubelet::run(agent, stop).await {
+            if let Err(e) = local::kubelet::run(roles, stop).await {
                 tracing::error!("local pod runner stopped: {e:#}");
             }
         });

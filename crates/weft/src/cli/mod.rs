@@ -6,16 +6,18 @@ mod get;
 mod help;
 mod inspect;
 mod ipam_check;
-mod manifests;
 mod targets;
+mod up;
 mod wide;
 
 use std::path::PathBuf;
 
 use clap::{FromArgMatches, Parser, Subcommand};
 
+pub use crate::manifests::{admit_objects, apply_objects, parse_manifests};
 pub use inspect::table;
-pub use manifests::{admit_objects, apply_objects, parse_manifests};
+// `weft apply` and `get -f` (the manifests are not the CLI's alone: `weft up` applies them too).
+use crate::manifests;
 
 /// weft: multi-network for virtual machines on Kubernetes.
 #[derive(Debug, Parser)]
@@ -292,7 +294,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         (None, false) => crate::cluster::StoreTarget::Embedded,
     });
     match cli.command {
-        Command::Up(args) => crate::local::up(&state, args).await,
+        Command::Up(args) => up::run(&state, args).await,
         Command::Down => crate::local::down(&state).await,
         Command::Init => crate::cluster::init_store(&state).await,
         Command::Supervise => crate::local::supervisor::run(&state).await,

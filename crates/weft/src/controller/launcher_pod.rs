@@ -13,8 +13,7 @@ use crate::kinds::Pod;
 pub const LAUNCHER_LABEL: (&str, &str) = ("kubevirt.io", "virt-launcher");
 /// Label naming the VMI (uid) that created the pod.
 pub const CREATED_BY_LABEL: &str = "kubevirt.io/created-by";
-/// Label naming the VM of a launcher pod.
-pub const VM_NAME_LABEL: &str = "vm.kubevirt.io/name";
+pub use crate::kinds::VM_NAME_LABEL;
 /// Annotation naming the domain (the VMI) a launcher pod runs.
 pub const DOMAIN_ANNOTATION: &str = "kubevirt.io/domain";
 

@@ -116,7 +116,7 @@ pub fn validate_manifests(objects: &[Object]) -> anyhow::Result<()> {
 /// Whether every NIC of the VMI has an address reported from inside the guest (or, without
 /// guests or with a guest image without qemu-guest-agent, from the pod).
 pub fn all_nics_leased(vmi: &VirtualMachineInstance, no_guests: bool) -> bool {
-    let no_guests = no_guests || crate::agent::local::guest_agent::agent_absent(vmi);
+    let no_guests = no_guests || crate::guest_presence::agent_absent(vmi);
     let status = vmi.status_interfaces();
     let phase_ok = vmi.status.as_ref().is_some_and(|s| s.phase == "Running");
     phase_ok

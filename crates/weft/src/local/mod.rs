@@ -114,7 +114,10 @@ fn read_manifests(paths: &[PathBuf]) -> anyhow::Result<Vec<weft_store::Object>> 
     let mut objects = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).with_context(|| format!("read {}", file.display()))?;
-        objects.extend(crate::cli::parse_manifests(&text, &file.display().to_string())?);
+        objects.extend(crate::manifests::parse_manifests(
+            &text,
+            &file.display().to_string(),
+        )?);
     }
     // NADs first so that VMs referencing them resolve.
     objects.sort_by_key(|o| match o.kind.as_str() {
@@ -125,8 +128,8 @@ fn read_manifests(paths: &[PathBuf]) -> anyhow::Result<Vec<weft_store::Object>> 
     Ok(objects)
 }
 
-/// `weft up`.
-pub async fn up(state: &Path, args: UpArgs) -> anyhow::Result<i32> {
+/// `weft up`: the cluster, up and with the manifests applied (the CLI then waits for the VMs).
+pub async fn up(state: &Path, args: UpArgs) -> anyhow::Result<Topology> {
     let files = if args.files.is_empty() && args.ipv6 {
         vec![examples_dir().join("ipv6")]
     } else if args.files.is_empty() {
@@ -162,10 +165,7 @@ pub async fn up(state: &Path, args: UpArgs) -> anyhow::Result<i32> {
             return Err(e);
         }
     }
-    if args.no_wait {
-        return Ok(0);
-    }
-    wait_for_guests(&topology, &args).await
+    Ok(topology)
 }
 
 fn preflight(args: &UpArgs) -> anyhow::Result<()> {
@@ -253,11 +253,11 @@ async fn bring_up(topology: &Topology, objects: Vec<weft_store::Object>) -> anyh
     }
     // The examples go through the same admission as `weft apply` (VMIs stored defaulted).
     let mut objects = objects;
-    let denied = crate::cli::admit_objects(store.as_ref(), &mut objects, "examples").await?;
+    let denied = crate::manifests::admit_objects(store.as_ref(), &mut objects, "examples").await?;
     if !denied.is_empty() {
         anyhow::bail!("{}", denied.join("\n"));
     }
-    for line in crate::cli::apply_objects(store.as_ref(), objects).await? {
+    for line in crate::manifests::apply_objects(store.as_ref(), objects).await? {
         println!("{line}");
     }
     Ok(())
@@ -272,49 +272,6 @@ async fn wait_for_socket(socket: &Path, timeout: Duration) -> anyhow::Result<()>
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     anyhow::bail!("agent did not open {} within {timeout:?}", socket.display())
-}
-
-async fn wait_for_guests(topology: &Topology, args: &UpArgs) -> anyhow::Result<i32> {
-    let store = cluster::open_store(&topology.state_dir, cluster::Component::Cli).await?;
-    let vmis = Api::<weft_vm::VirtualMachineInstance>::all(store.clone());
-    let deadline = Instant::now() + Duration::from_secs(args.timeout);
-    println!("waiting for the VMs to run and lease an address on every NIC...");
-    loop {
-        let list = vmis.list(&Default::default()).await?;
-        let ready = !list.is_empty()
-            && list
-                .iter()
-                .all(|vmi| crate::controller::all_nics_leased(vmi, args.no_guests));
-        if ready {
-            break;
-        }
-        if Instant::now() > deadline {
-            eprintln!("timed out after {}s; current state:", args.timeout);
-            print_status(&store).await?;
-            return Ok(1);
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    print_status(&store).await?;
-    Ok(0)
-}
-
-async fn print_status(store: &std::sync::Arc<dyn weft_store::Store>) -> anyhow::Result<()> {
-    let ty = <weft_vm::VirtualMachineInstance as weft_store::Resource>::resource_type();
-    let list = store.list(&ty, None, &Default::default()).await?;
-    println!(
-        "\n$ weft get vmi\n{}",
-        crate::cli::table("VirtualMachineInstance", &list.items, false)
-    );
-    for vmi in &list.items {
-        let status = serde_json::json!({"status": {"interfaces": vmi.path("status.interfaces")}});
-        println!(
-            "$ weft get vmi {} -o yaml   # status.interfaces\n{}",
-            vmi.metadata.name,
-            serde_saphyr::to_string(&status)?
-        );
-    }
-    Ok(())
 }
 
 /// `weft down`: stop the supervisor, then every process the state directory recorded (each

@@ -179,7 +179,6 @@ fn agent_command(topology: &Topology, exe: &Path, c: &Component) -> Command {
     let mut command = Command::new(exe);
     command
         .env("WEFT_STATE_DIR", state)
-        .env("WEFT_NO_GUESTS", if topology.no_guests { "1" } else { "" })
         .args(["agent", "--local", "--node", &node.name])
         .arg("--socket")
         .arg(node.socket())
@@ -193,6 +192,9 @@ fn agent_command(topology: &Topology, exe: &Path, c: &Component) -> Command {
         .arg("/usr/lib/cni")
         .arg("--state-dir")
         .arg(state);
+    if topology.no_guests {
+        command.arg("--no-guests");
+    }
     command
 }
 
@@ -522,5 +524,26 @@ mod tests {
         assert_eq!(status["addresses"], json!([]), "other fields kept");
         let mut null = Value::Null;
         assert!(set_condition(&mut null, "Ready", "True", "AgentReady", "", "t"));
+    }
+
+    #[test]
+    fn agents_get_no_guests_as_an_option_not_an_environment_variable() {
+        let args = |no_guests: bool| {
+            let mut topology = Topology::new(Path::new("/state"), "c1", 1);
+            topology.no_guests = no_guests;
+            let agent = components(&topology).remove(0);
+            let command = (agent.command)(&topology, Path::new("/weft"), &agent);
+            assert!(
+                command.get_envs().all(|(k, _)| k != "WEFT_NO_GUESTS"),
+                "no environment variable carries it"
+            );
+            command
+                .get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+        };
+        let without = args(true);
+        assert!(without.contains(&"--local".to_string()) && without.contains(&"--no-guests".to_string()));
+        assert!(!args(false).contains(&"--no-guests".to_string()));
     }
 }

@@ -62,33 +62,7 @@ impl RealAgent {
 
     fn spawn(&mut self, netns: &Netns) {
         let state = self.dir.path();
-        let child = netns
-            .command(&[super::super::common::weft_bin().to_str().unwrap()])
-            .arg("--kubeconfig")
-            .arg(state.join("kubeconfig"))
-            .arg("--state-dir")
-            .arg(state)
-            .args(["--log", "info", "agent", "--node", &self.node])
-            .arg("--socket")
-            .arg(state.join("weft.sock"))
-            .arg("--conf-dir")
-            .arg(state.join("net.d"))
-            .arg("--cache-dir")
-            .arg(state.join("cache"))
-            .arg("--cni-bin-dir")
-            .arg(state.join("bin"))
-            .arg("--cni-bin-dir")
-            .arg("/usr/lib/cni")
-            .stdout(Stdio::null())
-            .stderr(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(state.join("agent.log"))
-                    .unwrap(),
-            )
-            .spawn()
-            .unwrap();
+        let child = super::super::common::spawn_kube_agent(netns, state, &self.node);
         self.child = Some(child);
     }
 

@@ -39,6 +39,19 @@ pub fn weft(state: &Path, args: &[&str]) -> Output {
         .expect("run weft")
 }
 
+/// `weft apply -f` of `manifests`, first written to `file` in `state` (left there for the
+/// post-mortem); panics with the output unless the apply succeeded.
+pub fn apply(state: &Path, file: &str, manifests: &str) {
+    let path = state.join(file);
+    std::fs::write(&path, manifests).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    let applied = weft(state, &["apply", "-f", path.to_str().expect("a UTF-8 path")]);
+    assert!(
+        applied.status.success(),
+        "weft apply -f {file}: {}",
+        text(&applied)
+    );
+}
+
 /// Text of an output, for assertion messages.
 pub fn text(output: &Output) -> String {
     format!(
@@ -161,6 +174,38 @@ pub fn start_agent(node: &Netns, state: &Path, conf_dir: &Path, bin: &Path, extr
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     KillOnDrop(agent)
+}
+
+/// `weft agent` for Kubernetes node `node_name` on `state`'s kubeconfig, started in `node`: the
+/// layout the Kubernetes tests give a node (`<state>/{kubeconfig, weft.sock, net.d, cache,
+/// bin}`, delegates from `bin` then /usr/lib/cni, log appended to `<state>/agent.log`).
+pub fn spawn_kube_agent(node: &Netns, state: &Path, node_name: &str) -> Child {
+    node.command(&[weft_bin().to_str().unwrap()])
+        .arg("--kubeconfig")
+        .arg(state.join("kubeconfig"))
+        .arg("--state-dir")
+        .arg(state)
+        .args(["--log", "info", "agent", "--node", node_name])
+        .arg("--socket")
+        .arg(state.join("weft.sock"))
+        .arg("--conf-dir")
+        .arg(state.join("net.d"))
+        .arg("--cache-dir")
+        .arg(state.join("cache"))
+        .arg("--cni-bin-dir")
+        .arg(state.join("bin"))
+        .arg("--cni-bin-dir")
+        .arg("/usr/lib/cni")
+        .stdout(Stdio::null())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(state.join("agent.log"))
+                .unwrap(),
+        )
+        .spawn()
+        .unwrap()
 }
 
 /// `command` (the weft binary, however it is entered into the node) completed into

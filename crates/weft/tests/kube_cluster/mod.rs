@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -191,32 +191,7 @@ impl KubeAgent {
 
     /// [`KubeAgent::spawn`] for Kubernetes node `node_name`.
     pub fn spawn_on(node: &Netns, state: &Path, node_name: &str) -> Child {
-        node.command(&[weft_bin().to_str().unwrap()])
-            .arg("--kubeconfig")
-            .arg(state.join("kubeconfig"))
-            .arg("--state-dir")
-            .arg(state)
-            .args(["--log", "info", "agent", "--node", node_name])
-            .arg("--socket")
-            .arg(state.join("weft.sock"))
-            .arg("--conf-dir")
-            .arg(state.join("net.d"))
-            .arg("--cache-dir")
-            .arg(state.join("cache"))
-            .arg("--cni-bin-dir")
-            .arg(state.join("bin"))
-            .arg("--cni-bin-dir")
-            .arg("/usr/lib/cni")
-            .stdout(Stdio::null())
-            .stderr(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(state.join("agent.log"))
-                    .unwrap(),
-            )
-            .spawn()
-            .unwrap()
+        spawn_kube_agent(node, state, node_name)
     }
 
     pub fn wait_for_socket(&self) {

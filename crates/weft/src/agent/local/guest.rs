@@ -8,7 +8,7 @@ use anyhow::Context;
 use weft_guest::{GuestNic, GuestSpec, RunningGuest};
 use weft_vm::VirtualMachineInstance;
 
-use crate::agent::Agent;
+use crate::agent::local::context::AgentContext;
 use crate::agent::local::nic::DomainNic;
 
 /// VMI annotation listing connectivity checks the guest runs after its leases, as
@@ -38,7 +38,7 @@ pub fn check_words(vmi: &VirtualMachineInstance) -> Vec<String> {
 /// The QEMU spec of `vmi`'s guest booting on `nics`, its files in `dir` (built the same way at
 /// boot and when a restarted agent takes the running guest over).
 pub fn spec_for(
-    agent: &Arc<Agent>,
+    agent: &Arc<AgentContext>,
     vmi: &VirtualMachineInstance,
     nics: &[DomainNic],
     dir: &Path,
@@ -75,7 +75,7 @@ pub fn spec_for(
     // A migration target: the same devices, waiting for the source's state.
     if vmi
         .metadata
-        .annotation(crate::agent::local::migration::INCOMING_ANNOTATION)
+        .annotation(crate::agent::local::incoming::INCOMING_ANNOTATION)
         .is_some()
     {
         spec.incoming = true;
@@ -86,7 +86,7 @@ pub fn spec_for(
 
 /// Boot the guest on the NICs' taps inside the pod netns.
 pub fn boot(
-    agent: &Arc<Agent>,
+    agent: &Arc<AgentContext>,
     vmi: &VirtualMachineInstance,
     nics: &[DomainNic],
     netns: &weft_host::Netns,
@@ -102,7 +102,7 @@ pub fn boot(
         .and_then(|n| n.to_str())
         .unwrap_or("")
         .to_string();
-    crate::agent::local::migration::seed_serial_log(vmi, &spec.serial_log())?;
+    crate::agent::local::incoming::seed_serial_log(vmi, &spec.serial_log())?;
     let guest = RunningGuest::spawn(&spec, Some(&netns_name))
         .with_context(|| format!("start QEMU for {}", vmi.metadata.name))?;
     if let Some(pid) = guest.pid() {

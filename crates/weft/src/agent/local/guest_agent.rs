@@ -30,24 +30,8 @@ pub const AGENT_CONNECTED: &str = "AgentConnected";
 /// `status.guestOSInfo`.
 pub const GUEST_OS_INFO: &str = "guestOSInfo";
 
-/// VMI annotation the launcher sets (`absent`) when the guest's image was built without
-/// qemu-guest-agent (the host lacks the package): nothing will ever report from inside that
-/// guest, so waiting for a guest-agent source (`weft up`) is pointless.
-pub const AGENT_ABSENT_ANNOTATION: &str = "weft.dev/guest-agent";
-
-/// Sets or clears [`AGENT_ABSENT_ANNOTATION`].
-pub fn mark_absent(annotations: &mut std::collections::BTreeMap<String, String>, absent: bool) {
-    if absent {
-        annotations.insert(AGENT_ABSENT_ANNOTATION.into(), "absent".into());
-    } else {
-        annotations.remove(AGENT_ABSENT_ANNOTATION);
-    }
-}
-
-/// Whether `vmi`'s guest runs without qemu-guest-agent ([`AGENT_ABSENT_ANNOTATION`]).
-pub fn agent_absent(vmi: &weft_vm::VirtualMachineInstance) -> bool {
-    vmi.metadata.annotation(AGENT_ABSENT_ANNOTATION) == Some("absent")
-}
+// The mark is a leaf the controller, `weft up` and explain read without the agent's roles.
+pub use crate::guest_presence::{AGENT_ABSENT_ANNOTATION, agent_absent, mark_absent};
 
 /// The poller of one guest's agent.
 #[derive(Default)]

@@ -11,7 +11,7 @@ use anyhow::Context;
 use weft_store::{Api, ListOptions};
 use weft_vm::VirtualMachineInstance;
 
-use crate::agent::Agent;
+use crate::agent::local::context::AgentContext;
 use crate::agent::local::launcher::{self, LauncherState};
 use crate::agent::local::sandbox::{self, Sandbox};
 use crate::controller::launcher_pod;
@@ -31,8 +31,11 @@ struct RunningPod {
 }
 
 /// Run pods bound to this node until `stop` turns true, then stop them all.
-pub async fn run(agent: Arc<Agent>, mut stop: tokio::sync::watch::Receiver<bool>) -> anyhow::Result<()> {
-    let node = agent.args.node.clone();
+pub async fn run(
+    agent: Arc<AgentContext>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let node = agent.node.clone();
     let topology = Topology::load(&agent.state_dir)?;
     let pods_api = Api::<Pod>::all(agent.store.clone());
     let mut running: BTreeMap<String, RunningPod> = BTreeMap::new();
@@ -164,7 +167,7 @@ fn previous_sandbox(topology: &Topology, pod: &Pod) -> Option<Sandbox> {
 /// fails (its QEMU died meanwhile, no record), nothing is left orphaned: the recorded QEMU (if
 /// it still is that process) is stopped, the sandbox removed, and the pod and VMI marked Failed
 /// with the reason.
-async fn adopt(agent: &Arc<Agent>, pod: &Pod, sandbox: Sandbox) -> Option<RunningPod> {
+async fn adopt(agent: &Arc<AgentContext>, pod: &Pod, sandbox: Sandbox) -> Option<RunningPod> {
     let (namespace, name, _) = sandbox.pod.clone();
     let is_launcher =
         pod.metadata.label(launcher_pod::LAUNCHER_LABEL.0) == Some(launcher_pod::LAUNCHER_LABEL.1);
@@ -223,7 +226,7 @@ async fn adopt(agent: &Arc<Agent>, pod: &Pod, sandbox: Sandbox) -> Option<Runnin
 }
 
 /// Mark a VMI Failed with `reason` (status.reason and a `Ready=False` condition saying why).
-async fn mark_vmi_failed(agent: &Arc<Agent>, namespace: &str, vmi: &str, code: &str, reason: &str) {
+async fn mark_vmi_failed(agent: &Arc<AgentContext>, namespace: &str, vmi: &str, code: &str, reason: &str) {
     let marked = Api::<VirtualMachineInstance>::namespaced(agent.store.clone(), namespace)
         .modify_status(vmi, |v| {
             let status = v.status.get_or_insert_with(Default::default);
@@ -237,7 +240,7 @@ async fn mark_vmi_failed(agent: &Arc<Agent>, namespace: &str, vmi: &str, code: &
     }
 }
 
-async fn start_pod(agent: &Arc<Agent>, topology: &Topology, pod: &Pod) -> anyhow::Result<RunningPod> {
+async fn start_pod(agent: &Arc<AgentContext>, topology: &Topology, pod: &Pod) -> anyhow::Result<RunningPod> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let name = pod.metadata.name.clone();
     let netns = topology.pod_netns(&namespace, &name);
@@ -288,7 +291,7 @@ async fn start_pod(agent: &Arc<Agent>, topology: &Topology, pod: &Pod) -> anyhow
     Ok(run)
 }
 
-async fn stop_pod(agent: &Arc<Agent>, run: RunningPod) {
+async fn stop_pod(agent: &Arc<AgentContext>, run: RunningPod) {
     if let Some(state) = run.launcher {
         launcher::stop(agent, state).await;
     }
@@ -300,7 +303,7 @@ async fn stop_pod(agent: &Arc<Agent>, run: RunningPod) {
 /// Record why a pod's sandbox (its CNI ADD, or the launcher's wiring) failed as a Warning
 /// Event on the pod, kubelet's `FailedCreatePodSandBox`, with the whole error chain (the CNI
 /// error's msg and details included).
-async fn record_sandbox_failure(agent: &Arc<Agent>, pod: &Pod, message: &str) {
+async fn record_sandbox_failure(agent: &Arc<AgentContext>, pod: &Pod, message: &str) {
     let object = crate::kinds::ObjectReference {
         api_version: "v1".into(),
         kind: "Pod".into(),
@@ -321,7 +324,7 @@ async fn record_sandbox_failure(agent: &Arc<Agent>, pod: &Pod, message: &str) {
     }
 }
 
-async fn set_pod_phase(agent: &Arc<Agent>, pod: &Pod, phase: &str, message: &str, pod_ip: &str) {
+async fn set_pod_phase(agent: &Arc<AgentContext>, pod: &Pod, phase: &str, message: &str, pod_ip: &str) {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let result = Api::<Pod>::namespaced(agent.store.clone(), &ns)
         .modify_status(&pod.metadata.name, |p| {
@@ -343,7 +346,7 @@ async fn set_pod_phase(agent: &Arc<Agent>, pod: &Pod, phase: &str, message: &str
 
 /// For a launcher pod, wire (and attach to the guest) the interfaces the agent's
 /// dynamic-networks role hot-plugged, and undo the unplugged ones.
-async fn hotplug(agent: &Arc<Agent>, run: &mut RunningPod) -> anyhow::Result<()> {
+async fn hotplug(agent: &Arc<AgentContext>, run: &mut RunningPod) -> anyhow::Result<()> {
     let Some(state) = run.launcher.as_mut() else {
         return Ok(());
     };

@@ -16,7 +16,7 @@ use weft_launcher::{
 use weft_store::Api;
 use weft_vm::VirtualMachineInstance;
 
-use crate::agent::Agent;
+use crate::agent::local::context::AgentContext;
 use crate::agent::local::nic::DomainNic;
 use crate::agent::local::sandbox::Sandbox;
 use crate::kinds::Pod;
@@ -100,7 +100,7 @@ pub fn save(state: &LauncherState) -> anyhow::Result<()> {
 /// and its QEMU, if the record's pid still is that process, is adopted. A guest whose QEMU died
 /// meanwhile is an error (the caller marks the VMI with it).
 pub async fn adopt(
-    agent: &Arc<Agent>,
+    agent: &Arc<AgentContext>,
     pod: &Pod,
     vmi: &VirtualMachineInstance,
     sandbox: &Sandbox,
@@ -145,7 +145,7 @@ pub async fn adopt(
 }
 
 fn take_over(
-    agent: &Arc<Agent>,
+    agent: &Arc<AgentContext>,
     pod: &Pod,
     vmi: &VirtualMachineInstance,
     state: &mut LauncherState,
@@ -335,7 +335,7 @@ fn wire_interface(
 
 /// Wire every NIC of `vmi` in the sandbox, start DHCP, boot the guest.
 pub async fn start(
-    agent: &Arc<Agent>,
+    agent: &Arc<AgentContext>,
     pod: &Pod,
     vmi: &VirtualMachineInstance,
     sandbox: &Sandbox,
@@ -373,10 +373,10 @@ pub async fn start(
 }
 
 /// The blocking part of [`start`] (netlink, DHCP sockets, QEMU): wire every present NIC of
-/// `vmi` into `state`, then boot the guest unless `WEFT_NO_GUESTS=1`. On error `state` holds
+/// `vmi` into `state`, then boot the guest unless the agent runs with `--no-guests`. On error `state` holds
 /// what was done, for [`stop`] to undo.
 fn wire_and_boot(
-    agent: &Arc<Agent>,
+    agent: &Arc<AgentContext>,
     vmi: &VirtualMachineInstance,
     statuses: &[weft_netconf::NetworkStatus],
     state: &mut LauncherState,
@@ -387,13 +387,18 @@ fn wire_and_boot(
         .collect();
     for index in indexes {
         let nic = if crate::agent::local::passt::is_passt(&vmi.spec.interfaces()[index]) {
-            crate::agent::local::passt::wire(state, &netns, vmi, index, statuses, &agent.state_dir)?
+            let parts = crate::agent::local::passt::WireState {
+                netns_path: &state.netns_path,
+                dir: &state.dir,
+                pod_ips: &mut state.pod_ips,
+            };
+            crate::agent::local::passt::wire(parts, &netns, vmi, index, statuses, &agent.state_dir)?
         } else {
             wire_interface(state, &netns, vmi, index, statuses)?
         };
         state.domain.push(nic);
     }
-    if std::env::var("WEFT_NO_GUESTS").map(|v| v != "1").unwrap_or(true) {
+    if !agent.no_guests {
         let dir = state.dir.clone();
         let guest = crate::agent::local::guest::boot(agent, vmi, &state.domain, &netns, &dir)?;
         state.guest = Some(guest);
@@ -407,7 +412,7 @@ fn wire_and_boot(
 /// not wired yet, then attach the NIC to the running guest (QMP `device_add`), after which it
 /// is part of the domain. Unplug (`state: absent`) detaches the NIC and undoes the wiring.
 pub async fn hotplug(
-    agent: &Arc<Agent>,
+    agent: &Arc<AgentContext>,
     pod: &Pod,
     vmi: &VirtualMachineInstance,
     state: &mut LauncherState,
@@ -523,7 +528,11 @@ pub fn checks_summary(report: &weft_guest::GuestReport) -> String {
 /// Update the VMI's status from the domain and qemu-guest-agent: interfaces, `guestOSInfo`,
 /// the `AgentConnected` condition, the `Ready` condition (the guest has leased every NIC, from
 /// its serial report), and the guest's check results.
-pub async fn report(agent: &Arc<Agent>, namespace: &str, state: &mut LauncherState) -> anyhow::Result<()> {
+pub async fn report(
+    agent: &Arc<AgentContext>,
+    namespace: &str,
+    state: &mut LauncherState,
+) -> anyhow::Result<()> {
     // The guest's serial report (its own checks, leases, Ready) is file I/O: off the async workers.
     let guest_report =
         crate::local::blocking_with(state, |state| state.guest.as_mut().and_then(|g| g.report().ok()))
@@ -583,7 +592,7 @@ pub const DHCP_SERVED_REASON: &str = "DHCPLeaseServed";
 /// time. Events are one per (object, reason), so the message names every interface answered so
 /// far rather than only the newest.
 async fn announce_dhcp(
-    agent: &Arc<Agent>,
+    agent: &Arc<AgentContext>,
     namespace: &str,
     state: &mut LauncherState,
     record: &crate::explain::DhcpRecord,
@@ -692,7 +701,7 @@ pub fn domain_report(
 }
 
 /// Stop the guest and the DHCP servers, and undo the wiring (on the blocking pool).
-pub async fn stop(agent: &Arc<Agent>, state: LauncherState) {
+pub async fn stop(agent: &Arc<AgentContext>, state: LauncherState) {
     let state_dir = agent.state_dir.clone();
     let pid = state.guest.as_ref().and_then(|g| g.pid());
     let stopped = crate::local::blocking(move || {

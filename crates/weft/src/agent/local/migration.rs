@@ -30,16 +30,12 @@ use weft_vm::api::MigrationState;
 use weft_vm::vmim::{self, MIGRATION_JOB_LABEL, MIGRATION_PROGRESS_ANNOTATION};
 use weft_vm::{VirtualMachineInstance, VirtualMachineInstanceMigration};
 
-use crate::agent::Agent;
+use crate::agent::local::context::AgentContext;
+pub use crate::agent::local::incoming::INCOMING_ANNOTATION;
 use crate::agent::local::launcher::LauncherState;
 use crate::agent::local::migration_proxy::Proxy;
 use crate::kinds::Pod;
 use crate::local::topology::Topology;
-
-/// Annotation on the VMI a migration target's launcher boots from: its QEMU waits for the
-/// incoming state (`-incoming defer`) and continues the serial log named by the value (the
-/// source's, so the guest's reports read on; empty: none).
-pub const INCOMING_ANNOTATION: &str = "weft.dev/migration-incoming";
 
 /// Migration annotation capping the transfer's bandwidth (bytes/s; KubeVirt's
 /// `bandwidthPerMigration` of a migration policy): a slow transfer for tests that act while it
@@ -80,7 +76,7 @@ enum Outcome {
 
 /// The VMI the launcher of `pod` starts from: for a migration target, the source's MACs (from
 /// the VMI status: the guest keeps them) and [`INCOMING_ANNOTATION`]; other pods get `vmi`.
-pub fn target_vmi(agent: &Agent, pod: &Pod, vmi: VirtualMachineInstance) -> VirtualMachineInstance {
+pub fn target_vmi(agent: &AgentContext, pod: &Pod, vmi: VirtualMachineInstance) -> VirtualMachineInstance {
     let Some(uid) = pod.metadata.label(MIGRATION_JOB_LABEL) else {
         return vmi;
     };
@@ -120,28 +116,10 @@ pub fn target_vmi(agent: &Agent, pod: &Pod, vmi: VirtualMachineInstance) -> Virt
     vmi
 }
 
-/// Before a migration target's QEMU starts: its serial log continues the source's.
-pub fn seed_serial_log(vmi: &VirtualMachineInstance, serial_log: &Path) -> anyhow::Result<()> {
-    let Some(seed) = vmi
-        .metadata
-        .annotation(INCOMING_ANNOTATION)
-        .filter(|s| !s.is_empty())
-    else {
-        return Ok(());
-    };
-    match std::fs::read(seed) {
-        Ok(bytes) => {
-            std::fs::write(serial_log, bytes).with_context(|| format!("write {}", serial_log.display()))?
-        }
-        Err(e) => tracing::warn!(seed, "migration target: the source's serial log: {e}"),
-    }
-    Ok(())
-}
-
 /// One pass for the launcher pod `name`. Returns true when the pod is a migration target (the
 /// kubelet then leaves its status reports and hot-plug alone until it takes over).
 pub async fn step(
-    agent: &Arc<Agent>,
+    agent: &Arc<AgentContext>,
     namespace: &str,
     name: &str,
     launcher: Option<&mut LauncherState>,
@@ -180,7 +158,7 @@ fn node_ip(topology: &Topology, node: &str) -> anyhow::Result<IpAddr> {
 }
 
 async fn target_step(
-    agent: &Arc<Agent>,
+    agent: &Arc<AgentContext>,
     pod: &Pod,
     uid: &str,
     launcher: &mut LauncherState,
@@ -224,7 +202,7 @@ async fn target_step(
     }
     if migration.target.as_ref().is_none_or(|t| t.uid != uid) {
         let topology = Topology::load(&agent.state_dir)?;
-        let here = node_ip(&topology, &agent.args.node)?;
+        let here = node_ip(&topology, &agent.node)?;
         let source = node_ip(&topology, &state.source_node)?;
         let qmp = launcher.guest.as_ref().map(|g| g.spec().qmp_socket());
         let incoming = launcher.dir.join(INCOMING_SOCKET);
@@ -317,7 +295,7 @@ fn resume_and_announce(qmp: Option<&Path>, netns_path: &str) -> anyhow::Result<b
 }
 
 async fn source_step(
-    agent: &Arc<Agent>,
+    agent: &Arc<AgentContext>,
     pod: &Pod,
     launcher: &mut LauncherState,
     migration: &mut PodMigration,
@@ -527,7 +505,7 @@ fn drain(proxy: Proxy, limit: Duration, status: &str) {
 
 /// Modify the VMI's `migrationState` when it is migration `uid`'s.
 async fn update_state(
-    agent: &Arc<Agent>,
+    agent: &Arc<AgentContext>,
     namespace: &str,
     vmi: &str,
     uid: &str,
@@ -547,7 +525,7 @@ async fn update_state(
 
 /// Write `query-migrate` progress to the migration object's annotation.
 async fn write_progress(
-    agent: &Arc<Agent>,
+    agent: &Arc<AgentContext>,
     namespace: &str,
     uid: &str,
     progress: &MigrationProgress,
@@ -576,7 +554,7 @@ async fn write_progress(
 
 /// The migration object with `uid`, if it still exists.
 async fn find_migration(
-    agent: &Arc<Agent>,
+    agent: &Arc<AgentContext>,
     namespace: &str,
     uid: &str,
 ) -> anyhow::Result<Option<VirtualMachineInstanceMigration>> {

@@ -4,18 +4,16 @@
 //! its socket the guest NIC's `-netdev stream`. Nothing is wired in the pod: no bridge, no tap,
 //! no NAT rule. The decisions are `weft_launcher::passt`'s.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use serde::{Deserialize, Serialize};
 use weft_launcher::exec::NetnsBackend;
 use weft_launcher::passt::{PASST_PLUGIN_NAME, PasstPlan, PasstRequest, listening_in, plan_passt};
 use weft_vm::VirtualMachineInstance;
 use weft_vm::api::{BindingKind, Interface};
 
-use crate::agent::local::launcher::LauncherState;
-use crate::agent::local::nic::DomainNic;
+use crate::agent::local::nic::{DomainNic, PasstNic};
 use crate::local::processes::{self, ProcessRecord};
 
 /// The user passt drops to (`nobody`): it owns the socket directory.
@@ -34,24 +32,6 @@ fn pod_sysctls() -> [(&'static str, String); 2] {
             format!("{} {}", PASST_USER.1, PASST_USER.1),
         ),
     ]
-}
-
-/// A running passt, as the launcher record keeps it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PasstNic {
-    /// The pod interface passt serves the guest from.
-    pub pod_iface: String,
-    /// The socket QEMU connects to.
-    pub socket: PathBuf,
-    /// The socket's directory (removed on stop).
-    pub dir: PathBuf,
-    /// passt's pid.
-    pub pid: u32,
-    /// Its start time (with the pid, names the process).
-    pub start_time: u64,
-    /// Its entry in the processes registry (`run/passt-….pid`).
-    pub record: PathBuf,
 }
 
 impl PasstNic {
@@ -91,10 +71,20 @@ fn check_pod_network(vmi: &VirtualMachineInstance, iface: &Interface) -> anyhow:
     Ok(())
 }
 
+/// The parts of a launcher's state [`wire`] reads and writes.
+pub struct WireState<'a> {
+    /// The pod netns path.
+    pub netns_path: &'a str,
+    /// The pod's directory.
+    pub dir: &'a Path,
+    /// The pod interface cache (pod IPs per network): `wire` adds the passt NIC's.
+    pub pod_ips: &'a mut std::collections::BTreeMap<String, Vec<String>>,
+}
+
 /// Start passt for interface `index` of `vmi` in the pod netns and wait until it listens; the
 /// NIC is recorded in `state` only once passt runs (a failed start leaves nothing behind).
 pub fn wire(
-    state: &mut LauncherState,
+    state: WireState<'_>,
     netns: &weft_host::Netns,
     vmi: &VirtualMachineInstance,
     index: usize,
@@ -110,7 +100,7 @@ pub fn wire(
         .with_context(|| format!("no pod interface for network {}", iface.name))?;
     let program = crate::local::which(weft_launcher::passt::PASST_PROGRAM)
         .context("passt is missing: the passt binding needs Debian's passt (scripts/install-deps.sh)")?;
-    let mut backend = weft_launcher::exec::NetlinkBackend::open(&state.netns_path)?;
+    let mut backend = weft_launcher::exec::NetlinkBackend::open(state.netns_path)?;
     let pod_link = backend
         .discover(pod_iface)
         .with_context(|| format!("discover {pod_iface}"))?
@@ -128,7 +118,7 @@ pub fn wire(
     let plan = plan_passt(&PasstRequest {
         interface: iface.name.clone(),
         pod_iface: pod_iface.to_string(),
-        pod_dir: state.dir.clone(),
+        pod_dir: state.dir.to_path_buf(),
         ports,
         runas: PASST_USER,
     })?;

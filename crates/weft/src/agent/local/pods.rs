@@ -3,15 +3,9 @@
 
 use std::path::PathBuf;
 
-use crate::agent::Agent;
+use crate::agent::local::context::AgentContext;
 
 /// Per-pod files (serial log, domain XML) of this node.
-pub fn pod_dir(agent: &Agent, namespace: &str, name: &str) -> PathBuf {
-    agent
-        .args
-        .cache_dir
-        .parent()
-        .unwrap_or(&agent.args.cache_dir)
-        .join("pods")
-        .join(format!("{namespace}_{name}"))
+pub fn pod_dir(agent: &AgentContext, namespace: &str, name: &str) -> PathBuf {
+    agent.pods_dir.join(format!("{namespace}_{name}"))
 }

@@ -4,7 +4,7 @@
 use anyhow::Context;
 use weft_cni::CniResult;
 
-use crate::agent::Agent;
+use crate::agent::local::context::AgentContext;
 use crate::kinds::Pod;
 
 /// A pod's sandbox.
@@ -44,12 +44,12 @@ fn runtime_conf(sandbox: &Sandbox) -> weft_cni::runtime::RuntimeConf {
 }
 
 /// Run the node's meta-plugin conflist for `command` the way a container runtime does.
-fn run_conflist(agent: &Agent, command: &str, sandbox: &Sandbox) -> anyhow::Result<Option<CniResult>> {
-    let conflist = agent.args.conf_dir.join("00-weft.conflist");
+fn run_conflist(agent: &AgentContext, command: &str, sandbox: &Sandbox) -> anyhow::Result<Option<CniResult>> {
+    let conflist = agent.conf_dir.join("00-weft.conflist");
     let bytes = std::fs::read(&conflist).with_context(|| format!("read {}", conflist.display()))?;
     let list = weft_cni::NetworkConfigList::from_bytes(&bytes)
         .with_context(|| format!("parse {}", conflist.display()))?;
-    let runtime = weft_cni::runtime::CniRuntime::new(agent.args.cni_bin_dirs.clone());
+    let runtime = weft_cni::runtime::CniRuntime::new(agent.cni_bin_dirs.clone());
     let conf = runtime_conf(sandbox);
     match command {
         "ADD" => Ok(Some(runtime.add(&list, &conf)?)),
@@ -62,7 +62,7 @@ fn run_conflist(agent: &Agent, command: &str, sandbox: &Sandbox) -> anyhow::Resu
 }
 
 /// Create the sandbox of `pod` and attach its networks.
-pub async fn create(agent: &std::sync::Arc<Agent>, pod: &Pod, netns: &str) -> anyhow::Result<Sandbox> {
+pub async fn create(agent: &std::sync::Arc<AgentContext>, pod: &Pod, netns: &str) -> anyhow::Result<Sandbox> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let id: String = {
@@ -120,7 +120,7 @@ pub async fn create(agent: &std::sync::Arc<Agent>, pod: &Pod, netns: &str) -> an
 }
 
 /// Detach the sandbox's networks (CNI DEL) and delete its namespace.
-pub async fn remove(agent: &std::sync::Arc<Agent>, sandbox: Sandbox) -> anyhow::Result<()> {
+pub async fn remove(agent: &std::sync::Arc<AgentContext>, sandbox: Sandbox) -> anyhow::Result<()> {
     let agent2 = agent.clone();
     let netns = sandbox.netns.clone();
     let (outcome, deleted) = crate::local::blocking(move || {
