@@ -128,6 +128,19 @@ pub async fn allocate(
     requested: &[IpAddr],
     claim: Option<&str>,
 ) -> Result<Vec<Lease>, IpamError> {
+    let held = allocate_reservations(store, config, holder, requested, claim).await?;
+    Ok(held.into_iter().map(|(lease, _)| lease).collect())
+}
+
+/// [`allocate`], also returning each lease's reservation as stored (its resourceVersion lets a
+/// later DEL release it with one conditional delete: [`crate::held`]).
+pub async fn allocate_reservations(
+    store: &Arc<dyn Store>,
+    config: &IpamConfig,
+    holder: &Holder,
+    requested: &[IpAddr],
+    claim: Option<&str>,
+) -> Result<Vec<(Lease, IpReservation)>, IpamError> {
     let wanted = requests_per_range(config, requested)?;
     let key = identity_key(holder, claim);
     let mut listed: Option<Vec<IpReservation>> = None;
@@ -142,16 +155,16 @@ pub async fn allocate(
             Ok((r, fresh)) => {
                 let ip = r.spec.ip.expect("reservations we write carry an ip");
                 if fresh {
-                    created.push(r);
+                    created.push(r.clone());
                 }
-                leases.push(Lease { range: i, ip });
+                debug_assert!(range.contains(ip));
+                leases.push((Lease { range: i, ip }, r));
             }
             Err(e) => {
                 roll_back(store, &created).await;
                 return Err(e);
             }
         }
-        debug_assert!(range.contains(leases[i].ip));
     }
     Ok(leases)
 }
@@ -358,14 +371,31 @@ pub async fn delete_if_unchanged(store: &Arc<dyn Store>, r: &IpReservation) -> R
 /// Free every unclaimed address `(container_id, ifname)` holds on the network, and claimed
 /// ones whose claim no longer exists. Returns the freed addresses. Succeeds when nothing is held.
 ///
-/// Looks at the attachment's home addresses first (one read each); only when some range has
-/// none of them does it list the network.
+/// Knows nothing of the addresses: looks them up (see [`release_lookup`]). A DEL that knows
+/// them (its `prevResult`, the agent's record of the ADD) uses [`crate::held::release_known`].
 pub async fn release(
     store: &Arc<dyn Store>,
     config: &IpamConfig,
     container_id: &str,
     ifname: &str,
 ) -> Result<Vec<IpAddr>, IpamError> {
+    let mut freed = Vec::new();
+    let pending = vec![true; config.ranges.len()];
+    release_lookup(store, config, container_id, ifname, &pending, &mut freed).await?;
+    Ok(freed)
+}
+
+/// The release of the ranges marked in `pending` when the addresses are not known: the
+/// attachment's home addresses first (one read each); only when some pending range has none of
+/// them, one list of the network. Freed addresses are added to `freed`.
+pub(crate) async fn release_lookup(
+    store: &Arc<dyn Store>,
+    config: &IpamConfig,
+    container_id: &str,
+    ifname: &str,
+    pending: &[bool],
+    freed: &mut Vec<IpAddr>,
+) -> Result<(), IpamError> {
     let holder = Holder {
         container_id: container_id.into(),
         ifname: ifname.into(),
@@ -373,9 +403,11 @@ pub async fn release(
     };
     let key = identity_key(&holder, None);
     let api: Api<IpReservation> = Api::all(store.clone());
-    let mut freed = Vec::new();
     let mut every_range_found = true;
     for (i, range) in config.ranges.iter().enumerate() {
+        if !pending[i] {
+            continue;
+        }
         let mut found = false;
         for slot in 0..HOME_SLOTS {
             let ip = home_address(range, &config.network, &key, i, slot);
@@ -395,7 +427,7 @@ pub async fn release(
         every_range_found &= found;
     }
     if every_range_found {
-        return Ok(freed);
+        return Ok(());
     }
     for r in list_reservations(store, &config.network).await? {
         if !r.held_by(container_id, ifname) || r.spec.ip.is_some_and(|ip| freed.contains(&ip)) {
@@ -412,7 +444,7 @@ pub async fn release(
             freed.push(ip);
         }
     }
-    Ok(freed)
+    Ok(())
 }
 
 /// Whether the IPAMClaim `namespace/name` exists.

@@ -7,6 +7,8 @@
 //! * [`claim`]: the `IPAMClaim` object and its status transitions (pure).
 //! * [`request`]: what one plugin invocation asks for (pure).
 //! * [`allocator`]: allocate / release / check / GC over the store's compare-and-swap.
+//! * [`held`]: DEL without a search: release the addresses the DEL knows (`prevResult`, the
+//!   agent's memory of the ADD) with one conditional delete each.
 //! * [`persistent`]: claim lookup through the pod's networks annotation, claim status writes.
 //! * [`plugin`]: [`handle`], the CNI verbs over any [`weft_store::Store`].
 //! * [`reconcile`]: which reservations a reconciler may free (pure).
@@ -17,6 +19,7 @@ pub mod check;
 pub mod claim;
 pub mod config;
 mod error;
+pub mod held;
 pub mod journal;
 pub mod persistent;
 pub mod plugin;
@@ -32,7 +35,8 @@ pub use allocator::{Holder, Lease, allocate, release, release_claim};
 pub use claim::IpamClaim;
 pub use config::{ConfigError, IpamConfig, parse_network_config, persistent_claim_network};
 pub use error::IpamError;
-pub use plugin::handle;
+pub use held::HeldCache;
+pub use plugin::{handle, handle_held};
 pub use range::{AddressRange, RangeError};
 pub use request::IpamRequest;
 pub use reservation::IpReservation;

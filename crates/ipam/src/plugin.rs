@@ -10,17 +10,28 @@ use weft_store::Store;
 use crate::allocator::{self, Lease};
 use crate::config::{IpamConfig, parse_network_config};
 use crate::error::IpamError;
+use crate::held::{HeldCache, Known, merge_known, release_known};
 use crate::persistent::{allocate_for_claim, lease_net, resolve_claim};
 use crate::request::IpamRequest;
 
 /// Handle one IPAM invocation: ADD returns the result; DEL, CHECK, STATUS and GC return `None`
 /// on success. VERSION is answered by the CNI runtime layer and returns `None` here.
 pub async fn handle(request: IpamRequest, store: Arc<dyn Store>) -> Result<Option<CniResult>, CniError> {
+    handle_held(request, store, None).await
+}
+
+/// [`handle`] in a long-lived process that remembers what its ADDs reserved (`held`), so that
+/// the attachment's DEL releases with one conditional delete per address ([`crate::held`]).
+pub async fn handle_held(
+    request: IpamRequest,
+    store: Arc<dyn Store>,
+    held: Option<&HeldCache>,
+) -> Result<Option<CniResult>, CniError> {
     let version = request.version.to_string();
     let outcome = match request.command() {
         CniCommand::Version => Ok(None),
         CniCommand::Status => status(&request, &store).await.map(|()| None),
-        command => run(command, &request, &store).await.map_err(CniError::from),
+        command => run(command, &request, &store, held).await.map_err(CniError::from),
     };
     outcome.map_err(|e| {
         if e.cni_version.is_empty() {
@@ -34,30 +45,60 @@ pub async fn handle(request: IpamRequest, store: Arc<dyn Store>) -> Result<Optio
 /// A DEL's release alone, with its typed error (a node agent journals one that could not
 /// reach the store: [`crate::journal`]).
 pub async fn release(request: &IpamRequest, store: &Arc<dyn Store>) -> Result<(), IpamError> {
-    let config = parse_network_config(&request.config_json())?;
-    release_with(request, &config, store).await
+    release_held(request, store, None).await
 }
 
+/// [`release`] using what `held` remembers of the attachment's ADDs.
+pub async fn release_held(
+    request: &IpamRequest,
+    store: &Arc<dyn Store>,
+    held: Option<&HeldCache>,
+) -> Result<(), IpamError> {
+    let config = parse_network_config(&request.config_json())?;
+    release_with(request, &config, store, held).await
+}
+
+/// A DEL frees the addresses it knows (the remembered reservations, `prevResult`) without a
+/// search; it looks up only ranges it knows nothing of.
 async fn release_with(
     request: &IpamRequest,
     config: &IpamConfig,
     store: &Arc<dyn Store>,
+    held: Option<&HeldCache>,
 ) -> Result<(), IpamError> {
     let env = &request.env;
-    allocator::release(store, config, &env.container_id, &env.ifname)
-        .await
-        .map(drop)
+    let remembered = held
+        .map(|h| h.recall(&config.network, &env.container_id, &env.ifname))
+        .unwrap_or_default();
+    let known = merge_known(remembered, prev_result_ips(request));
+    release_known(store, config, &env.container_id, &env.ifname, &known).await?;
+    if let Some(h) = held {
+        h.forget(&config.network, &env.container_id, &env.ifname);
+    }
+    Ok(())
+}
+
+/// The addresses of the DEL's `prevResult` (none when it has none or it does not decode: the
+/// DEL then looks its addresses up).
+fn prev_result_ips(request: &IpamRequest) -> Vec<std::net::IpAddr> {
+    request
+        .config
+        .prev_result()
+        .and_then(|v| weft_cni::result_from_value(v.clone()).ok())
+        .map(|r| r.ips.iter().map(|ip| ip.address.addr()).collect())
+        .unwrap_or_default()
 }
 
 async fn run(
     command: CniCommand,
     request: &IpamRequest,
     store: &Arc<dyn Store>,
+    held: Option<&HeldCache>,
 ) -> Result<Option<CniResult>, IpamError> {
     let config = parse_network_config(&request.config_json())?;
     match command {
-        CniCommand::Add => add(request, &config, store).await.map(Some),
-        CniCommand::Del => release_with(request, &config, store).await.map(|()| None),
+        CniCommand::Add => add(request, &config, store, held).await.map(Some),
+        CniCommand::Del => release_with(request, &config, store, held).await.map(|()| None),
         CniCommand::Check => {
             let claim = resolve_claim(store, &config, request.pod(), &request.env.ifname).await?;
             let claim_ref = claim.as_ref().map(|c| c.reference());
@@ -77,6 +118,7 @@ async fn add(
     request: &IpamRequest,
     config: &IpamConfig,
     store: &Arc<dyn Store>,
+    held: Option<&HeldCache>,
 ) -> Result<CniResult, IpamError> {
     let holder = request.holder();
     let requested = request.requested_ips()?;
@@ -86,7 +128,17 @@ async fn add(
             let pod_name = request.pod().map(|(_, n)| n).unwrap_or_default();
             allocate_for_claim(store, config, &holder, &requested, claim, pod_name).await?
         }
-        None => allocator::allocate(store, config, &holder, &requested, None).await?,
+        None => {
+            let reserved = allocator::allocate_reservations(store, config, &holder, &requested, None).await?;
+            if let Some(h) = held {
+                let known = reserved
+                    .iter()
+                    .filter_map(|(_, r)| Known::from_reservation(r))
+                    .collect();
+                h.remember(&config.network, &holder.container_id, &holder.ifname, known);
+            }
+            reserved.into_iter().map(|(lease, _)| lease).collect()
+        }
     };
     Ok(build_result(config, &leases, &request.version.to_string()))
 }

@@ -191,3 +191,113 @@ async fn concurrent_allocators_conflict_and_never_duplicate() {
         creates - 14
     );
 }
+
+/// API requests per pod ADD and DEL of one weft-ipam network, as the node agent serves them
+/// (`handle_held`: it remembers what its ADDs reserved): ADD = the create alone, DEL = one
+/// conditional DELETE. Without the agent's memory, a DEL with `prevResult` costs a GET + the
+/// DELETE; with neither it looks the address up (and still frees it). A stale DEL (the address
+/// was freed and is someone else's now) frees nothing.
+#[tokio::test]
+async fn one_request_per_add_and_one_per_del_through_the_agents_memory() {
+    let (fake, store) = node_api(MemoryStore::shared());
+    let conf = config("10.11.0.0/24", false);
+    let held = weft_ipam::HeldCache::default();
+    let reservations = || async {
+        Api::<IpReservation>::all(store.clone())
+            .list(&Default::default())
+            .await
+            .unwrap()
+    };
+    let methods = |fake: &FakeApiServer| -> Vec<String> {
+        fake.requests()
+            .iter()
+            .map(|r| r.split(' ').next().unwrap_or_default().to_string())
+            .collect()
+    };
+    for i in 0..10 {
+        let c = format!("c{i}");
+        fake.clear_requests();
+        let added = weft_ipam::handle_held(request("ADD", &c, &c, &conf), store.clone(), Some(&held))
+            .await
+            .expect("ADD")
+            .expect("result");
+        assert_eq!(methods(&fake), ["POST"], "ADD: {:?}", fake.requests());
+        fake.clear_requests();
+        weft_ipam::handle_held(request("DEL", &c, &c, &conf), store.clone(), Some(&held))
+            .await
+            .expect("DEL");
+        assert_eq!(methods(&fake), ["DELETE"], "DEL: {:?}", fake.requests());
+        assert!(
+            !reservations()
+                .await
+                .iter()
+                .any(|r| r.spec.ip == Some(added.ips[0].address.addr())),
+            "released"
+        );
+    }
+    assert!(held.is_empty(), "every DEL forgot its attachment");
+
+    // The agent restarted (nothing remembered): prevResult names the address.
+    let added = weft_ipam::handle(request("ADD", "p1", "p1", &conf), store.clone())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut with_prev = conf.clone();
+    with_prev["prevResult"] = serde_json::to_value(&added).unwrap();
+    fake.clear_requests();
+    weft_ipam::handle_held(request("DEL", "p1", "p1", &with_prev), store.clone(), Some(&held))
+        .await
+        .expect("DEL");
+    assert_eq!(
+        methods(&fake),
+        ["GET", "DELETE"],
+        "DEL with prevResult: {:?}",
+        fake.requests()
+    );
+    assert!(reservations().await.is_empty());
+
+    // Neither: looked up, freed all the same.
+    weft_ipam::handle(request("ADD", "p2", "p2", &conf), store.clone())
+        .await
+        .unwrap()
+        .unwrap();
+    weft_ipam::handle_held(request("DEL", "p2", "p2", &conf), store.clone(), Some(&held))
+        .await
+        .expect("DEL");
+    assert!(reservations().await.is_empty(), "the lookup freed it");
+
+    // The attack: s's ADD is remembered; its address is freed behind the agent's back and
+    // taken by t (requested explicitly); s's late DEL, with its stale memory and prevResult,
+    // leaves t's reservation alone.
+    let s_added = weft_ipam::handle_held(request("ADD", "s", "s", &conf), store.clone(), Some(&held))
+        .await
+        .unwrap()
+        .unwrap();
+    let ip = s_added.ips[0].address.addr();
+    weft_ipam::release(
+        &store,
+        &weft_ipam::parse_network_config(&conf).unwrap(),
+        "s",
+        "net1",
+    )
+    .await
+    .unwrap();
+    let mut wants_ip = conf.clone();
+    wants_ip["runtimeConfig"] = serde_json::json!({"ips": [format!("{ip}/24")]});
+    let t_added = weft_ipam::handle(request("ADD", "t", "t", &wants_ip), store.clone())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(t_added.ips[0].address.addr(), ip);
+    let mut stale = conf.clone();
+    stale["prevResult"] = serde_json::to_value(&s_added).unwrap();
+    weft_ipam::handle_held(request("DEL", "s", "s", &stale), store.clone(), Some(&held))
+        .await
+        .expect("a stale DEL succeeds");
+    let left = reservations().await;
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(
+        left[0].held_by("t", "net1") && left[0].spec.ip == Some(ip),
+        "{left:?}"
+    );
+}

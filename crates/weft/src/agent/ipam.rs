@@ -4,7 +4,9 @@
 //! opening the store (and reading its WAL) every time. The answer is byte for byte what the
 //! full plugin would print (`weft_cni::plugin::{decode, finish}` around the same
 //! `weft_ipam::plugin::handle`, on the same store); a call whose config names another store is
-//! declined, and the client runs the full plugin.
+//! declined, and the client runs the full plugin. The agent remembers the reservations its
+//! ADDs made (`Agent::ipam_held`), so the attachment's DEL is one conditional delete per
+//! address (`weft_ipam::held`).
 
 use weft_cni::plugin::{Decoded, Outcome, PluginRequest};
 use weft_cni::{CniCommand, CniError, CniVersion, codes};
@@ -76,7 +78,8 @@ pub async fn handle(agent: &Agent, body: &[u8]) -> (String, IpamAnswer) {
     if ipam_request.command() == CniCommand::Add && agent.journal.pending() {
         let _ = agent.journal.replay(agent).await;
     }
-    let handled = weft_ipam::plugin::handle(ipam_request, agent.ipam_store.clone()).await;
+    let handled =
+        weft_ipam::plugin::handle_held(ipam_request, agent.ipam_store.clone(), Some(&agent.ipam_held)).await;
     (
         verb,
         IpamAnswer::Answered(weft_cni::plugin::finish(&request, handled)),
@@ -87,7 +90,13 @@ pub async fn handle(agent: &Agent, body: &[u8]) -> (String, IpamAnswer) {
 /// success; the reservation stays in the store until the journal is replayed, so nobody else
 /// can take the address meanwhile.
 async fn del(agent: &Agent, request: &PluginRequest, ipam_request: &IpamRequest, body: &[u8]) -> Outcome {
-    let outcome = match weft_ipam::plugin::release(ipam_request, &agent.ipam_store).await {
+    let outcome = match weft_ipam::plugin::release_held(
+        ipam_request,
+        &agent.ipam_store,
+        Some(&agent.ipam_held),
+    )
+    .await
+    {
         Err(e) if weft_ipam::journal::is_deferrable(CniCommand::Del, &e) => {
             match agent.journal.append(body).await {
                 Ok(()) => {

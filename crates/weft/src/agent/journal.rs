@@ -141,7 +141,7 @@ async fn release(agent: &Agent, body: &[u8]) -> Result<(), IpamError> {
         Decoded::Answered(_) => return Err(IpamError::Request("journaled call is not a DEL request".into())),
     };
     let request = IpamRequest::from_plugin_request(&request, agent.args.node.clone());
-    weft_ipam::plugin::release(&request, &agent.ipam_store).await
+    weft_ipam::plugin::release_held(&request, &agent.ipam_store, Some(&agent.ipam_held)).await
 }
 
 /// Replay pending releases until `stop`: soon after the store answers again, backing off while

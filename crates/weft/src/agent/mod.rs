@@ -99,6 +99,9 @@ pub struct Agent {
     pub journal: journal::ReleaseJournal,
     /// The Events the agent records (aggregated, rate limited per pod).
     pub events: crate::event_recorder::Recorder,
+    /// The reservations the agent's IPAM ADDs made, per attachment: their DEL releases with one
+    /// conditional delete per address instead of a search.
+    pub ipam_held: weft_ipam::HeldCache,
 }
 
 impl Agent {
@@ -206,6 +209,7 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
             crate::cluster::Component::Node.name(),
             crate::event_recorder::Limits::default(),
         ),
+        ipam_held: weft_ipam::HeldCache::default(),
     });
     let server_state = Arc::new(server::ServerState {
         agent: agent.clone(),
