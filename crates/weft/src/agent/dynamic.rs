@@ -240,6 +240,7 @@ mod tests {
             daemon_config: Default::default(),
             metrics: Default::default(),
             journal: super::super::journal::ReleaseJournal::open(dir),
+            ipam_held: weft_ipam::HeldCache::default(),
             events: crate::event_recorder::Recorder::new(
                 backend,
                 "weft-node",
