@@ -24,6 +24,7 @@ if [ -z "${WEFT_KUBE_APISERVER:-}" ]; then
     filter="$filter and not binary(real_apiserver)"
 fi
 # controller_scale is a benchmark (10,000 VMs, minutes, docs/benchmarks.md), run by hand.
+echo "controller_scale is a benchmark, not run here (docs/benchmarks.md has its command)" >&2
 filter="$filter and not binary(controller_scale)"
 # The leak check runs alone once every other test is done: nextest runs test binaries in
 # parallel, so it cannot be ordered last inside one run.
