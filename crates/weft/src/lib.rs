@@ -23,6 +23,7 @@ pub mod manifests;
 pub mod passthru;
 pub mod protocol;
 pub mod shim;
+pub mod sys;
 
 use std::process::ExitCode;
 

@@ -30,7 +30,7 @@ fn write_sysctl(ns: &Netns, key: &str, value: &str) -> anyhow::Result<()> {
 /// pool (netns and netlink calls).
 pub async fn create(topology: &Topology) -> anyhow::Result<()> {
     let topology = topology.clone();
-    crate::local::blocking(move || create_blocking(&topology)).await?
+    crate::sys::blocking(move || create_blocking(&topology)).await?
 }
 
 fn create_blocking(topology: &Topology) -> anyhow::Result<()> {

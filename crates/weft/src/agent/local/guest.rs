@@ -54,7 +54,7 @@ pub fn spec_for(
         .join(format!("initramfs-{}-{flavour}.cpio.gz", kernel.release));
     if !initrd.exists() {
         std::fs::create_dir_all(initrd.parent().unwrap_or(dir))?;
-        let busybox = crate::local::which("busybox").context("busybox is missing")?;
+        let busybox = crate::sys::which("busybox").context("busybox is missing")?;
         let tmp = initrd.with_extension("tmp");
         weft_guest::write_initramfs(&kernel, &busybox, &tmp).context("initramfs")?;
         std::fs::rename(&tmp, &initrd)?;

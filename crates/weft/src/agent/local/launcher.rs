@@ -130,7 +130,7 @@ pub async fn adopt(
         guest_agent: Default::default(),
     };
     let (agent2, pod2, vmi2, guest) = (agent.clone(), pod.clone(), vmi.clone(), record.guest);
-    let taken = crate::local::blocking_with(&mut state, move |state| {
+    let taken = crate::sys::blocking_with(&mut state, move |state| {
         take_over(&agent2, &pod2, &vmi2, state, guest)
     })
     .await?;
@@ -356,7 +356,7 @@ pub async fn start(
         guest_agent: Default::default(),
     };
     let (agent2, vmi2) = (agent.clone(), vmi.clone());
-    let wired = crate::local::blocking_with(&mut state, move |state| {
+    let wired = crate::sys::blocking_with(&mut state, move |state| {
         wire_and_boot(&agent2, &vmi2, &statuses, state)
     })
     .await?;
@@ -420,7 +420,7 @@ pub async fn hotplug(
     let statuses = weft_vm::network_statuses(&pod.metadata.annotations);
     let vmi2 = vmi.clone();
     let changes =
-        crate::local::blocking_with(state, move |state| apply_hotplug(&vmi2, &statuses, state)).await??;
+        crate::sys::blocking_with(state, move |state| apply_hotplug(&vmi2, &statuses, state)).await??;
     if changes > 0 {
         report(agent, vmi.namespace(), state).await?;
     }
@@ -535,8 +535,7 @@ pub async fn report(
 ) -> anyhow::Result<()> {
     // The guest's serial report (its own checks, leases, Ready) is file I/O: off the async workers.
     let guest_report =
-        crate::local::blocking_with(state, |state| state.guest.as_mut().and_then(|g| g.report().ok()))
-            .await?;
+        crate::sys::blocking_with(state, |state| state.guest.as_mut().and_then(|g| g.report().ok())).await?;
     // qemu-guest-agent: a session on its own thread when due, never waited on here.
     let agent_absent = state.guest.as_ref().is_some_and(|g| !g.spec().guest_agent);
     match state
@@ -704,7 +703,7 @@ pub fn domain_report(
 pub async fn stop(agent: &Arc<AgentContext>, state: LauncherState) {
     let state_dir = agent.state_dir.clone();
     let pid = state.guest.as_ref().and_then(|g| g.pid());
-    let stopped = crate::local::blocking(move || {
+    let stopped = crate::sys::blocking(move || {
         stop_blocking(state);
         // The guest's QEMU record goes with it (`weft down` would skip it anyway: not running).
         if let Some(pid) = pid {

@@ -207,7 +207,7 @@ async fn target_step(
         let qmp = launcher.guest.as_ref().map(|g| g.spec().qmp_socket());
         let incoming = launcher.dir.join(INCOMING_SOCKET);
         let (proxy, address) =
-            crate::local::blocking(move || listen_for_incoming(qmp.as_deref(), &incoming, here, source))
+            crate::sys::blocking(move || listen_for_incoming(qmp.as_deref(), &incoming, here, source))
                 .await??;
         migration.target = Some(TargetSide {
             uid: uid.to_string(),
@@ -231,13 +231,13 @@ async fn target_step(
     // The source says the state is across: the guest runs here once QEMU resumed it.
     let qmp = launcher.guest.as_ref().map(|g| g.spec().qmp_socket());
     let netns = launcher.netns_path.clone();
-    let running = crate::local::blocking(move || resume_and_announce(qmp.as_deref(), &netns)).await??;
+    let running = crate::sys::blocking(move || resume_and_announce(qmp.as_deref(), &netns)).await??;
     if !running {
         return Ok(());
     }
     target.resumed = true;
     if let Some(proxy) = target.proxy.take() {
-        crate::local::blocking(move || proxy.close()).await?;
+        crate::sys::blocking(move || proxy.close()).await?;
     }
     let now = weft_store::now_rfc3339();
     update_state(agent, &ns, &launcher.vmi, uid, |s| {

@@ -98,7 +98,7 @@ pub fn wire(
         .get(&iface.name)
         .map(String::as_str)
         .with_context(|| format!("no pod interface for network {}", iface.name))?;
-    let program = crate::local::which(weft_launcher::passt::PASST_PROGRAM)
+    let program = crate::sys::which(weft_launcher::passt::PASST_PROGRAM)
         .context("passt is missing: the passt binding needs Debian's passt (scripts/install-deps.sh)")?;
     let mut backend = weft_launcher::exec::NetlinkBackend::open(state.netns_path)?;
     let pod_link = backend

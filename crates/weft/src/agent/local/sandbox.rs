@@ -73,7 +73,7 @@ pub async fn create(agent: &std::sync::Arc<AgentContext>, pod: &Pod, netns: &str
     // A live-migration target stays quiet until its guest resumes: its kernel must not speak
     // for, or reset the connections of, the guest still running on the source.
     let quiet = pod.metadata.label(weft_vm::vmim::MIGRATION_JOB_LABEL).is_some();
-    crate::local::blocking(move || -> anyhow::Result<()> {
+    crate::sys::blocking(move || -> anyhow::Result<()> {
         let _ = weft_host::Netns::delete_named(&name);
         let handle = weft_host::Netns::create_named(&name).with_context(|| format!("create netns {name}"))?;
         weft_host::Netlink::open_in(&handle)?.set_up("lo")?;
@@ -99,7 +99,7 @@ pub async fn create(agent: &std::sync::Arc<AgentContext>, pod: &Pod, netns: &str
             pod: sandbox.pod.clone(),
             pod_ip: String::new(),
         };
-        crate::local::blocking(move || run_conflist(&agent2, "ADD", &sb)).await?
+        crate::sys::blocking(move || run_conflist(&agent2, "ADD", &sb)).await?
     };
     match result {
         Ok(Some(result)) => {
@@ -113,7 +113,7 @@ pub async fn create(agent: &std::sync::Arc<AgentContext>, pod: &Pod, netns: &str
         Ok(None) => Ok(sandbox),
         Err(e) => {
             let name = netns.to_string();
-            let _ = crate::local::blocking(move || weft_host::Netns::delete_named(&name)).await;
+            let _ = crate::sys::blocking(move || weft_host::Netns::delete_named(&name)).await;
             Err(e.context("CNI ADD"))
         }
     }
@@ -123,7 +123,7 @@ pub async fn create(agent: &std::sync::Arc<AgentContext>, pod: &Pod, netns: &str
 pub async fn remove(agent: &std::sync::Arc<AgentContext>, sandbox: Sandbox) -> anyhow::Result<()> {
     let agent2 = agent.clone();
     let netns = sandbox.netns.clone();
-    let (outcome, deleted) = crate::local::blocking(move || {
+    let (outcome, deleted) = crate::sys::blocking(move || {
         let outcome = run_conflist(&agent2, "DEL", &sandbox);
         (outcome, weft_host::Netns::delete_named(&sandbox.netns))
     })
