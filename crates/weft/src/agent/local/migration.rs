@@ -103,10 +103,9 @@ pub fn target_vmi(agent: &AgentContext, pod: &Pod, vmi: VirtualMachineInstance) 
             let topology = Topology::load(&agent.state_dir).ok()?;
             let node = topology.nodes.iter().find(|n| n.name == s.source_node)?;
             let ns = vmi.namespace();
+            let pods = super::context::pods_dir(&node.cache_dir());
             Some(
-                node.dir
-                    .join("pods")
-                    .join(format!("{ns}_{}", s.source_pod))
+                super::pods::pod_dir_in(&pods, &ns, &s.source_pod)
                     .join(format!("{}.serial.log", vmi.metadata.name)),
             )
         })
