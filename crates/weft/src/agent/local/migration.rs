@@ -105,7 +105,7 @@ pub fn target_vmi(agent: &AgentContext, pod: &Pod, vmi: VirtualMachineInstance) 
             let ns = vmi.namespace();
             let pods = super::context::pods_dir(&node.cache_dir());
             Some(
-                super::pods::pod_dir_in(&pods, &ns, &s.source_pod)
+                super::pods::pod_dir_in(&pods, ns, &s.source_pod)
                     .join(format!("{}.serial.log", vmi.metadata.name)),
             )
         })
