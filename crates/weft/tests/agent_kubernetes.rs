@@ -102,11 +102,15 @@ fn agent_on_kubernetes_uses_watches_writes_status_through_conflicts_and_dels_wit
     let del = agent.shim("DEL", &pod_ns, "default", "web");
     assert!(del.status.success(), "DEL: {}\n{}", text(&del), agent.log());
     assert_eq!(pod_ns.links(), ["lo"]);
-    assert_eq!(
-        cluster.api.requests(),
-        Vec::<String>::new(),
-        "DEL needs no API call"
-    );
+    // The ADD's Events are written on their own task, whenever: one may land during the DEL
+    // (seen in a fresh-clone CI run), so Events are not the DEL's calls.
+    let del_calls: Vec<String> = cluster
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| !r.contains("/events"))
+        .collect();
+    assert_eq!(del_calls, Vec::<String>::new(), "DEL needs no API call");
 
     // (b) ADD again. The first two status updates lose to a concurrent writer, and the agent's
     // watch cache lags (its watches deliver nothing): the retries must not trust the stale
