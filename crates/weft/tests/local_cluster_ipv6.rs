@@ -72,6 +72,19 @@ fn serial_report(state: &Path, vm: &str) -> weft_guest::GuestReport {
     panic!("no serial log of {vm} under {}", nodes.display())
 }
 
+/// The serial report of `vm` once it holds a DHCPv6 lease on each of `nics` (at most 120 s;
+/// then the report as it is, for the assertions to name what is missing).
+fn serial_report_with_leases6(state: &Path, vm: &str, nics: &[&str]) -> weft_guest::GuestReport {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let report = serial_report(state, vm);
+        if nics.iter().all(|nic| report.lease6(nic).is_some()) || Instant::now() > deadline {
+            return report;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 #[test]
 #[ignore = "needs root: scripts/test.sh runs it as root"]
 fn dual_stack_guests_reach_the_remote_host_over_nat66_and_each_other_over_ipv6() {
@@ -104,7 +117,9 @@ fn exercise(state: &Path) {
     assert_eq!(ping4["ok"], true, "{ping4}");
     // Masquerade: IPv6 to the remote host through NAT66, on the default route the RA gave.
     let ping = wait_for_check(state, "vm1", "ping", "fd00:31::fe");
-    let report = serial_report(state, "vm1");
+    // The NICs' DHCPv6 leases are reported as dhcpcd gets them, each on its own time (eth1's
+    // came after eth0's ping in a fresh-clone CI run): wait for both, bounded.
+    let report = serial_report_with_leases6(state, "vm1", &["eth0", "eth1"]);
     assert_eq!(ping["ok"], true, "{ping}\nguest: {report:?}");
     let eth0 = report
         .lease6("eth0")
