@@ -225,7 +225,15 @@ impl GuestSpec {
 
     /// The kernel command line.
     pub fn cmdline(&self) -> String {
-        let mut words = vec!["console=ttyS0", "quiet", "loglevel=3", "panic=-1"];
+        // no_timer_check: under TCG on a loaded host the kernel's IO-APIC timer check can miss
+        // its ticks and panic ("IO-APIC + timer doesn't work!"); a VM's timer is known good.
+        let mut words = vec![
+            "console=ttyS0",
+            "quiet",
+            "loglevel=3",
+            "panic=-1",
+            "no_timer_check",
+        ];
         words.extend(self.cmdline_extras.iter().map(String::as_str));
         words.join(" ")
     }
@@ -797,7 +805,7 @@ mod tests {
             argv,
             "qemu-system-x86_64 -machine q35 -accel tcg -cpu max -smp 1 -nodefaults -no-user-config \
              -display none -monitor none -no-reboot -name vm1 -m 256 -kernel /k/vmlinux-6.1 \
-             -initrd /r/initrd.gz -append console=ttyS0 quiet loglevel=3 panic=-1 weft.ping=10.0.2.1 \
+             -initrd /r/initrd.gz -append console=ttyS0 quiet loglevel=3 panic=-1 no_timer_check weft.ping=10.0.2.1 \
              -serial file:/run/weft/vm1/vm1.serial.log -pidfile /run/weft/vm1/vm1.pid \
              -qmp unix:/run/weft/vm1/vm1.qmp,server=on,wait=off \
              -netdev tap,id=net0,ifname=tap0,script=no,downscript=no,vhost=off \

@@ -81,16 +81,20 @@ fn guest_check(vmi: &serde_json::Value, kind: &str, target: &str) -> Option<bool
 }
 
 /// Wait (bounded) until the guest of the current VMI reported both checks and its guest agent
-/// its address (it does so after the checks); returns the VMI.
+/// its address; returns the VMI. (The agent is polled on its own schedule: a poll between the
+/// guest's start and its lease reports the NIC without an address, so the wait is for the
+/// address, not for the first guest-agent report.)
 fn wait_for_checks(state: &Path) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         let vmi = json(state, &["get", "vmi", "vmp", "-o", "json"]);
         let wget = guest_check(&vmi, "wget", REMOTE);
         let httpd = guest_check(&vmi, "httpd", &PORT.to_string());
-        let agent = vmi["status"]["interfaces"][0]["infoSource"]
+        let nic = &vmi["status"]["interfaces"][0];
+        let agent = nic["infoSource"]
             .as_str()
-            .is_some_and(|s| s.contains("guest-agent"));
+            .is_some_and(|s| s.contains("guest-agent"))
+            && nic["ipAddress"].as_str().is_some_and(|ip| !ip.is_empty());
         if let (Some(wget), Some(httpd), true) = (wget, httpd, agent) {
             assert!(wget, "the guest reaches the remote host through passt: {vmi}");
             assert!(httpd, "the guest serves port {PORT}: {vmi}");

@@ -64,6 +64,8 @@ pub(super) struct Db {
     connections: Connections,
     /// Started once, by the first watch: see [`super::watch::start_head_poller`].
     pub(super) head_poller: std::sync::Once,
+    /// Read transactions run so far (what an idle process costs the file: see the watch tests).
+    reads: std::sync::atomic::AtomicU64,
 }
 
 /// How an opened store uses its connections.
@@ -256,6 +258,7 @@ impl Db {
             options,
             connections,
             head_poller: std::sync::Once::new(),
+            reads: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -273,6 +276,12 @@ impl Db {
 
     pub(super) fn options(&self) -> &SqliteOptions {
         &self.options
+    }
+
+    /// How many read transactions this opened store has run.
+    #[cfg(test)]
+    pub(super) fn reads(&self) -> u64 {
+        self.reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The sender behind [`Db::subscribe`] of a pooled store (none for a single connection).
@@ -301,6 +310,7 @@ impl Db {
         &self,
         mut read: impl FnMut(&Transaction<'_>) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.with_reader(|conn| {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Deferred)

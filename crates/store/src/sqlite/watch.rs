@@ -143,3 +143,78 @@ fn poll_head(db: Weak<Db>, head: Arc<watch::Sender<u64>>, interval: Duration) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use futures::StreamExt;
+
+    use crate::sqlite::SqliteStore;
+    use crate::{ListOptions, Object, ResourceType, Store, WatchEvent};
+
+    const WATCHES: usize = 50;
+
+    fn pods() -> ResourceType {
+        ResourceType::new("v1", "Pod", "pods", true)
+    }
+
+    /// An idle process with many watches on a pooled store reads the file about once per poll
+    /// interval (the one poller) plus once per watch per safety-net second — not once per watch
+    /// per poll interval (50 watches × 40 polls/s = 2,000 reads/s before the poller) — and a
+    /// commit of another process still wakes every watch promptly.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn many_idle_watches_share_one_poller_and_all_see_another_processs_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        let watcher = SqliteStore::open(&path).unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for _ in 0..WATCHES {
+            let mut stream = watcher
+                .watch(&pods(), None, &ListOptions::default(), None)
+                .await
+                .unwrap();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                while let Some(event) = stream.next().await {
+                    if let Ok(WatchEvent::Added(object)) = event {
+                        let _ = tx.send(object.metadata.name.clone());
+                    }
+                }
+            });
+        }
+        // Let every watch reach its wait, then count the reads of an idle window.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (before, started) = (watcher.db.reads(), Instant::now());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (reads, window) = (watcher.db.reads() - before, started.elapsed());
+        let interval = watcher.db.options().poll_interval;
+        // The poller: one read per interval; each watch: one per safety-net second (+1 for a
+        // window edge); a read per watch per interval would be 50 × 80.
+        let bound =
+            (window.as_millis() / interval.as_millis()) as u64 + WATCHES as u64 * (window.as_secs() + 1);
+        assert!(
+            reads <= bound,
+            "{reads} reads in {window:?} with {WATCHES} idle watches (bound {bound})"
+        );
+
+        // Another opened store (as another process) commits: every watch sees it, promptly.
+        let writer = SqliteStore::open(&path).unwrap();
+        let pod = Object::new(&pods(), Some("ns"), "a");
+        let written = Instant::now();
+        writer.create(&pods(), pod).await.unwrap();
+        for seen in 0..WATCHES {
+            let name = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+                .await
+                .unwrap_or_else(|_| panic!("only {seen} of {WATCHES} watches saw the commit"))
+                .unwrap();
+            assert_eq!(name, "a");
+        }
+        let took = written.elapsed();
+        // Woken by the poller, not by the 1 s safety net (generous for a loaded machine).
+        assert!(
+            took < Duration::from_millis(900),
+            "the watches saw the commit after {took:?}"
+        );
+    }
+}
