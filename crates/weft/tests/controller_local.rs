@@ -30,8 +30,8 @@ fn wait_until(what: &str, log: &Path, mut ready: impl FnMut() -> bool) -> Durati
     let start = Instant::now();
     while !ready() {
         assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "{what}: not within 30 s\n{}",
+            start.elapsed() < Duration::from_secs(120),
+            "{what}: not within 120 s\n{}",
             std::fs::read_to_string(log).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(5));
@@ -121,9 +121,8 @@ fn the_controllers_hops_on_the_embedded_store_follow_watches() {
         "embedded store: VM → launcher pod {to_pod:?}, pod Running → VM Running {to_running:?}, \
          VM deleted → VMI and pod gone {to_gone:?}"
     );
-    // With the 400 ms loop each of these took one to three passes (0.4–1.2 s); watches make
-    // them a few poll intervals of the change log (25 ms). Generous bounds for a loaded machine.
-    for (what, took) in [("create", to_pod), ("running", to_running), ("delete", to_gone)] {
-        assert!(took < Duration::from_secs(3), "{what} took {took:?}");
-    }
+    // The figures are for reading (docs/benchmarks.md, "Controller requests"); this test proves
+    // the hops happen on the embedded store. That they follow watches rather than a loop is
+    // counted by `controller_requests` (0 requests while idle). A timing bound here failed on a
+    // loaded machine and would have passed the old 400 ms loop too.
 }
