@@ -13,6 +13,7 @@ mod support;
 
 use weft_testing as common;
 
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -42,11 +43,18 @@ fn wait_for(netns: &Netns, args: &[&str], wanted: &str, what: &str, log: &dyn Fn
     }
 }
 
+/// dhcpcd and everything it forked: its privilege-separation proxies outlive a killed dhcpcd
+/// (orphans holding the test's netns and the files it inherited open), so the client runs in
+/// a process group of its own and the whole group is killed.
 struct Client(Child);
 
 impl Drop for Client {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        // The group's id is the leader's pid (spawned with `process_group(0)`).
+        // SAFETY: kill(2) with a negative pid signals that process group; no memory involved.
+        unsafe {
+            libc::kill(-(self.0.id() as libc::pid_t), libc::SIGKILL);
+        }
         let _ = self.0.wait();
     }
 }
@@ -70,6 +78,7 @@ fn dhcpcd(guest: &Netns, dir: &std::path::Path) -> Client {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(dir.join("dhcpcd.log")).unwrap())
+        .process_group(0)
         .spawn()
         .unwrap();
     Client(child)
