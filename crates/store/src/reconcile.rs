@@ -214,12 +214,31 @@ impl<K: Ord + Clone> WorkQueue<K> {
     }
 }
 
-/// A periodic resync: every `every`, the keys `keys()` returns are queued.
+/// A periodic resync: every `every`, the keys `keys()` resolves to are queued.
 pub struct Resync<K> {
     /// The interval.
     pub every: Duration,
-    /// The keys to queue (read from the cache: no API request).
-    pub keys: Box<dyn FnMut() -> Vec<K> + Send>,
+    /// The keys to queue (read from the cache: no API request). A future, so that keys read
+    /// from disk are read on the blocking pool, not on the reconciler's async worker.
+    pub keys: Box<dyn FnMut() -> BoxFuture<'static, Vec<K>> + Send>,
+}
+
+impl<K: Send + 'static> Resync<K> {
+    /// A resync whose keys are at hand (in memory: a watch cache, a constant).
+    pub fn new(every: Duration, mut keys: impl FnMut() -> Vec<K> + Send + 'static) -> Self {
+        Self::from_future(every, move || Box::pin(std::future::ready(keys())))
+    }
+
+    /// A resync whose keys take a future (e.g. records read on the blocking pool).
+    pub fn from_future(
+        every: Duration,
+        keys: impl FnMut() -> BoxFuture<'static, Vec<K>> + Send + 'static,
+    ) -> Self {
+        Self {
+            every,
+            keys: Box::new(keys),
+        }
+    }
 }
 
 /// How [`run`] runs.
@@ -264,7 +283,7 @@ pub async fn run<K, M, R, E>(
         let now = Instant::now();
         for (resync, next) in config.resyncs.iter_mut().zip(next_resync.iter_mut()) {
             if *next <= now {
-                for key in (resync.keys)() {
+                for key in (resync.keys)().await {
                     queue.add(key, now);
                 }
                 *next = now + resync.every;
@@ -531,10 +550,7 @@ mod tests {
             Config {
                 name: "test",
                 backoff: Backoff::default(),
-                resyncs: vec![Resync {
-                    every: Duration::from_secs(30),
-                    keys: Box::new(|| vec!["sweep".to_string()]),
-                }],
+                resyncs: vec![Resync::new(Duration::from_secs(30), || vec!["sweep".to_string()])],
             },
             async {
                 let _ = stop_rx.await;

@@ -23,11 +23,16 @@ pub fn load_daemon_config(path: Option<&Path>) -> anyhow::Result<Map<String, Val
     }
 }
 
-/// Wait until `path` exists (polling every second, up to `timeout`).
+/// Wait until `path` exists (polling every 200 ms, up to `timeout`; each look on the blocking
+/// pool).
 pub async fn wait_for_readiness(path: &str, timeout: Duration) -> Result<(), String> {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        if Path::new(path).exists() {
+        let file = path.to_string();
+        if crate::sys::blocking(move || Path::new(&file).exists())
+            .await
+            .map_err(|e| format!("{e:#}"))?
+        {
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {
@@ -96,15 +101,24 @@ pub fn write_generated(
     Ok(Some(target))
 }
 
-/// Keep `00-weft.conflist` in step with the primary config (1 s polls) until `stop`.
+/// Keep `00-weft.conflist` in step with the primary config (1 s polls, each on the blocking
+/// pool) until `stop`.
 pub async fn keep_generated(
     conf_dir: PathBuf,
     autoconfig_dir: PathBuf,
     daemon: Map<String, Value>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    let inputs = std::sync::Arc::new((conf_dir, autoconfig_dir, daemon));
     loop {
-        match write_generated(&conf_dir, &autoconfig_dir, &daemon) {
+        let step = inputs.clone();
+        let written = crate::sys::blocking(move || {
+            let (conf_dir, autoconfig_dir, daemon) = &*step;
+            write_generated(conf_dir, autoconfig_dir, daemon)
+        })
+        .await
+        .and_then(|written| written);
+        match written {
             Ok(Some(path)) => tracing::info!(path = %path.display(), "wrote the meta-plugin conflist"),
             Ok(None) => {}
             Err(e) => tracing::warn!("cannot generate the meta-plugin conflist: {e:#}"),

@@ -24,6 +24,14 @@ fn internal(msg: impl Into<String>, details: impl ToString) -> CniError {
     CniError::new(codes::IO_FAILURE, msg).with_details(details.to_string())
 }
 
+/// Run file work (the conf dir, the attachment cache, the device checkpoint, netns stats) on
+/// the blocking pool, never on an async worker.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, CniError> {
+    crate::sys::blocking(work)
+        .await
+        .map_err(|e| internal("blocking task failed", format!("{e:#}")))
+}
+
 /// Handle one request from the shim (`single`: a hot-plug `/delegate` request).
 pub async fn handle(agent: &Agent, request: CniRequest, single: bool) -> Result<Option<Value>, CniError> {
     let env = RequestEnv::from_lookup(|k| request.env.get(k).cloned())?;
@@ -39,7 +47,8 @@ pub async fn handle(agent: &Agent, request: CniRequest, single: bool) -> Result<
         ));
     }
     let mut request = AttachmentRequest::from_request_env(&env);
-    if let Some(what) = forbidden_netns(&request.netns) {
+    let netns = request.netns.clone();
+    if let Some(what) = blocking(move || forbidden_netns(&netns)).await? {
         if env.command != CniCommand::Del {
             return Err(CniError::new(
                 codes::INVALID_ENVIRONMENT,
@@ -54,10 +63,13 @@ pub async fn handle(agent: &Agent, request: CniRequest, single: bool) -> Result<
     if !config.readiness_indicator_file.is_empty() {
         let path = &config.readiness_indicator_file;
         match env.command {
-            CniCommand::Del if !std::path::Path::new(path).exists() => {
-                tracing::warn!(%path, "readiness indicator file missing; DEL goes on");
+            CniCommand::Del => {
+                let file = path.clone();
+                if !blocking(move || Path::new(&file).exists()).await? {
+                    tracing::warn!(%path, "readiness indicator file missing; DEL goes on");
+                }
             }
-            CniCommand::Del | CniCommand::Check => {}
+            CniCommand::Check => {}
             _ => super::autoconf::wait_for_readiness(path, super::autoconf::READINESS_WAIT)
                 .await
                 .map_err(|e| CniError::new(codes::TRY_AGAIN_LATER, e))?,
@@ -211,21 +223,31 @@ async fn catalog(agent: &Agent, config: &MetaConfig) -> Result<MemoryCatalog, Cn
                 )
             })
             .collect(),
-        conf_dir_files: super::autoconf::read_dir_files(Path::new(&config.conf_dir)),
         ..Default::default()
     };
-    for path in config.static_paths() {
-        let entry = path_entry(&path);
-        catalog.paths.insert(path, entry);
-    }
     let names_a_resource = catalog.nads.values().any(|n| {
         n.metadata
             .annotations
             .contains_key(weft_netconf::RESOURCE_NAME_ANNOTATION)
     });
-    if names_a_resource {
-        catalog.devices = device_allocations(&config.device_checkpoint_file);
-    }
+    // Every file of the snapshot in one trip to the blocking pool.
+    let (conf_dir, paths) = (config.conf_dir.clone(), config.static_paths());
+    let checkpoint = names_a_resource.then(|| config.device_checkpoint_file.clone());
+    (catalog.conf_dir_files, catalog.paths, catalog.devices) = blocking(move || {
+        let conf_dir_files = super::autoconf::read_dir_files(Path::new(&conf_dir));
+        let paths = paths
+            .into_iter()
+            .map(|path| {
+                let entry = path_entry(&path);
+                (path, entry)
+            })
+            .collect();
+        let devices = checkpoint
+            .map(|file| device_allocations(&file))
+            .unwrap_or_default();
+        (conf_dir_files, paths, devices)
+    })
+    .await?;
     Ok(catalog)
 }
 
@@ -249,12 +271,21 @@ fn cache_path(agent: &Agent, container_id: &str) -> PathBuf {
     agent.args.cache_dir.join(format!("{container_id}.json"))
 }
 
-fn write_cache(agent: &Agent, record: &CacheRecord) -> Result<(), CniError> {
+/// Write `record` as its container's attachment cache file (on the blocking pool).
+async fn write_cache(agent: &Agent, record: &CacheRecord) -> Result<(), CniError> {
+    let (dir, path, bytes) = (
+        agent.args.cache_dir.clone(),
+        cache_path(agent, &record.container_id),
+        record.to_bytes(),
+    );
+    blocking(move || write_cache_file(&dir, &path, &bytes)).await?
+}
+
+fn write_cache_file(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), CniError> {
     use std::os::unix::fs::OpenOptionsExt;
-    let path = cache_path(agent, &record.container_id);
     let tmp = path.with_extension("tmp");
     let write = || -> std::io::Result<()> {
-        std::fs::create_dir_all(&agent.args.cache_dir)?;
+        std::fs::create_dir_all(dir)?;
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(true)
@@ -263,14 +294,24 @@ fn write_cache(agent: &Agent, record: &CacheRecord) -> Result<(), CniError> {
             .open(&tmp)?;
         // No fsync: the record must survive agent restarts (the page cache does); after a node
         // crash DEL plans from the pod and its NADs instead. Rename keeps it atomic.
-        std::io::Write::write_all(&mut file, &record.to_bytes())?;
-        std::fs::rename(&tmp, &path)
+        std::io::Write::write_all(&mut file, bytes)?;
+        std::fs::rename(&tmp, path)
     };
     write().map_err(|e| internal(format!("cannot write the attachment cache {}", path.display()), e))
 }
 
-fn remove_cache(agent: &Agent, container_id: &str) {
-    let _ = std::fs::remove_file(cache_path(agent, container_id));
+/// The attachment cache file of `container_id`, if it can be read (on the blocking pool).
+async fn read_cache(agent: &Agent, container_id: &str) -> Result<Option<Vec<u8>>, CniError> {
+    let path = cache_path(agent, container_id);
+    blocking(move || std::fs::read(path).ok()).await
+}
+
+async fn remove_cache(agent: &Agent, container_id: &str) -> Result<(), CniError> {
+    let path = cache_path(agent, container_id);
+    blocking(move || {
+        let _ = std::fs::remove_file(path);
+    })
+    .await
 }
 
 /// Run `f` with an executor on a blocking thread (delegates are processes; waiting is blocking).
@@ -304,12 +345,12 @@ async fn add(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
         }
         AddDecision::Run { plans, cache } => (plans, cache),
     };
-    write_cache(agent, &record)?;
+    write_cache(agent, &record).await?;
     let req = request.clone();
     let outcome = execute(agent, move |executor| executor.add(&req, &plans)).await?;
     match outcome {
         Ok(outcome) => {
-            write_cache(agent, &record.with_results(outcome.results.clone()))?;
+            write_cache(agent, &record.with_results(outcome.results.clone())).await?;
             if let Some(pod) = &pod {
                 write_network_status(agent, pod, &outcome.statuses).await?;
                 super::pod_events::added(agent, &pod.namespace, &pod.name, &outcome.statuses);
@@ -344,7 +385,8 @@ async fn add(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
                         results,
                         ..record
                     },
-                )?;
+                )
+                .await?;
             }
             Err(error.to_cni_error())
         }
@@ -389,7 +431,7 @@ async fn write_network_status(
 }
 
 async fn del(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) -> Result<(), CniError> {
-    let cached = std::fs::read(cache_path(agent, &request.container_id)).ok();
+    let cached = read_cache(agent, &request.container_id).await?;
     let pod = pod_of(agent, request).await.unwrap_or(None);
     let lookup = match &pod {
         Some(pod) => PodLookup::Found(pod),
@@ -420,15 +462,14 @@ async fn del(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
         Err(other) => vec![other.to_string()],
     };
     if weft_meta::cache_after_del(&errors) == CacheAfterDel::Remove {
-        remove_cache(agent, &request.container_id);
-        Ok(())
+        remove_cache(agent, &request.container_id).await
     } else {
         outcome.map_err(|e| e.to_cni_error())
     }
 }
 
-fn cached_record(agent: &Agent, container_id: &str) -> Result<CacheRecord, CniError> {
-    let bytes = std::fs::read(cache_path(agent, container_id)).map_err(|_| {
+async fn cached_record(agent: &Agent, container_id: &str) -> Result<CacheRecord, CniError> {
+    let bytes = read_cache(agent, container_id).await?.ok_or_else(|| {
         CniError::new(
             codes::UNKNOWN_CONTAINER,
             format!("no attachment of container {container_id}"),
@@ -438,7 +479,7 @@ fn cached_record(agent: &Agent, container_id: &str) -> Result<CacheRecord, CniEr
 }
 
 async fn check(agent: &Agent, request: &AttachmentRequest) -> Result<(), CniError> {
-    let record = cached_record(agent, &request.container_id)?;
+    let record = cached_record(agent, &request.container_id).await?;
     let req = request.clone();
     execute(agent, move |executor| {
         executor.check(&req, &record.delegates, &record.results)
@@ -463,7 +504,7 @@ async fn status(agent: &Agent, config: &MetaConfig) -> Result<(), CniError> {
     let catalog = catalog(agent, config).await?;
     // Every network this node uses: the configuration's own, and every one attached to a pod.
     let mut plans = static_plans(config, &catalog)?;
-    for record in cached_records(agent) {
+    for record in cached_records_of(agent).await? {
         for delegate in record.delegates {
             if !plans.iter().any(|p| p.network_name() == delegate.network_name()) {
                 plans.push(delegate);
@@ -478,9 +519,10 @@ async fn status(agent: &Agent, config: &MetaConfig) -> Result<(), CniError> {
         })
 }
 
-/// Every readable cache record of this node (one per attached sandbox).
-pub fn cached_records(agent: &Agent) -> Vec<CacheRecord> {
-    super::autoconf::read_dir_files(&agent.args.cache_dir)
+/// Every readable cache record in `cache_dir` (one per attached sandbox). Reads files: call
+/// it on a blocking thread.
+pub fn cached_records(cache_dir: &Path) -> Vec<CacheRecord> {
+    super::autoconf::read_dir_files(cache_dir)
         .into_iter()
         .filter_map(|(name, bytes)| {
             let container = name.strip_suffix(".json")?;
@@ -489,8 +531,14 @@ pub fn cached_records(agent: &Agent) -> Vec<CacheRecord> {
         .collect()
 }
 
+/// [`cached_records`] of the agent's cache dir, on the blocking pool.
+async fn cached_records_of(agent: &Agent) -> Result<Vec<CacheRecord>, CniError> {
+    let dir = agent.args.cache_dir.clone();
+    blocking(move || cached_records(&dir)).await
+}
+
 async fn gc(agent: &Agent) -> Result<(), CniError> {
-    let records = cached_records(agent);
+    let records = cached_records_of(agent).await?;
     let targets = weft_meta::cache::gc_targets(&records);
     execute(agent, move |executor| executor.gc(&targets))
         .await?
@@ -529,7 +577,7 @@ pub async fn reconcile_pod_networks(
     if to_add.is_empty() && to_remove.is_empty() {
         return Ok(0);
     }
-    let mut record = cached_record(agent, container_id)?;
+    let mut record = cached_record(agent, container_id).await?;
     let mut request = AttachmentRequest {
         container_id: container_id.to_string(),
         netns: netns.to_string(),
@@ -560,7 +608,7 @@ pub async fn reconcile_pod_networks(
             entry.device_info = Some(info);
         }
         record = record.with_attachment(plan, Some(result));
-        write_cache(agent, &record)?;
+        write_cache(agent, &record).await?;
         changes += 1;
     }
     for element in &to_remove {
@@ -577,7 +625,7 @@ pub async fn reconcile_pod_networks(
             .map_err(|e| e.to_cni_error())?;
         statuses = weft_meta::status_after_remove(&statuses, element);
         record = record.without_attachment(&element.interface);
-        write_cache(agent, &record)?;
+        write_cache(agent, &record).await?;
         changes += 1;
     }
     let pod = weft_meta::Pod {

@@ -51,8 +51,17 @@ pub fn key_for(change: &Change) -> Option<PodKey> {
 }
 
 /// The pods this node attached (from the attachment records: no store read), for the resync.
-fn attached_pods(agent: &Agent) -> Vec<PodKey> {
-    let mut keys: Vec<PodKey> = super::cni::cached_records(agent)
+/// The records are read on the blocking pool.
+async fn attached_pods(agent: &Agent) -> Vec<PodKey> {
+    let dir = agent.args.cache_dir.clone();
+    let records = match crate::sys::blocking(move || super::cni::cached_records(&dir)).await {
+        Ok(records) => records,
+        Err(e) => {
+            tracing::warn!("dynamic networks resync: {e:#}");
+            return Vec::new();
+        }
+    };
+    let mut keys: Vec<PodKey> = records
         .into_iter()
         .filter(|r| !r.k8s.pod_name.is_empty())
         .map(|r| {
@@ -68,10 +77,10 @@ fn attached_pods(agent: &Agent) -> Vec<PodKey> {
     keys
 }
 
-/// The meta-plugin config a runtime passes for this node's conflist (its first plugin with the
-/// list's name and cniVersion).
-pub fn runtime_config_bytes(agent: &Agent) -> anyhow::Result<Vec<u8>> {
-    let path = agent.args.conf_dir.join(weft_meta::install::WEFT_CONFLIST_NAME);
+/// The meta-plugin config a runtime passes for the conflist in `conf_dir` (its first plugin
+/// with the list's name and cniVersion). Reads a file: call it on a blocking thread.
+pub fn runtime_config_bytes(conf_dir: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    let path = conf_dir.join(weft_meta::install::WEFT_CONFLIST_NAME);
     let list: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)?;
     let mut plugin = list["plugins"][0].clone();
     if let Some(map) = plugin.as_object_mut() {
@@ -85,7 +94,16 @@ pub fn runtime_config_bytes(agent: &Agent) -> anyhow::Result<Vec<u8>> {
 /// of changes. The pod is read from `reads` (the watch cache).
 pub async fn reconcile_pod(agent: &Agent, reads: &Arc<dyn Store>, key: &PodKey) -> anyhow::Result<usize> {
     let PodKey(ns, name) = key;
-    let records: Vec<_> = super::cni::cached_records(agent)
+    // The attachment records and the conflist, in one trip to the blocking pool.
+    let (cache_dir, conf_dir) = (agent.args.cache_dir.clone(), agent.args.conf_dir.clone());
+    let (records, config) = crate::sys::blocking(move || {
+        (
+            super::cni::cached_records(&cache_dir),
+            runtime_config_bytes(&conf_dir),
+        )
+    })
+    .await?;
+    let records: Vec<_> = records
         .into_iter()
         .filter(|r| {
             let record_ns = match r.k8s.pod_namespace.as_str() {
@@ -116,10 +134,10 @@ pub async fn reconcile_pod(agent: &Agent, reads: &Arc<dyn Store>, key: &PodKey) 
         if !attached || replaced {
             continue;
         }
-        let Ok(config) = runtime_config_bytes(agent) else {
+        let Ok(config) = &config else {
             return Ok(changes);
         };
-        match super::cni::reconcile_pod_networks(agent, &config, &record.container_id, &record.netns, &pod)
+        match super::cni::reconcile_pod_networks(agent, config, &record.container_id, &record.netns, &pod)
             .await
         {
             Ok(n) => changes += n,
@@ -168,10 +186,10 @@ pub async fn run(
     let config = reconcile::Config {
         name: "dynamic networks",
         backoff: BACKOFF,
-        resyncs: vec![Resync {
-            every: RESYNC,
-            keys: Box::new(move || attached_pods(&for_resync)),
-        }],
+        resyncs: vec![Resync::from_future(RESYNC, move || {
+            let agent = for_resync.clone();
+            Box::pin(async move { attached_pods(&agent).await })
+        })],
     };
     reconcile::run(
         changes,

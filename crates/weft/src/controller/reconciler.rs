@@ -289,14 +289,8 @@ pub async fn serve(
         name: "controller",
         backoff: options.backoff,
         resyncs: vec![
-            Resync {
-                every: options.resync,
-                keys: Box::new(move || all_keys(&for_resync)),
-            },
-            Resync {
-                every: options.ipam_sweep,
-                keys: Box::new(|| vec![Key::IpamSweep]),
-            },
+            Resync::new(options.resync, move || all_keys(&for_resync)),
+            Resync::new(options.ipam_sweep, || vec![Key::IpamSweep]),
         ],
     };
     reconcile::run(

@@ -52,7 +52,7 @@ pub async fn run(
             if running.contains_key(uid) {
                 continue;
             }
-            if let Some(sandbox) = previous_sandbox(&topology, pod) {
+            if let Some(sandbox) = previous_sandbox(&topology, pod).await {
                 // Started by this node's previous agent (it was restarted): take it over.
                 match adopt(&agent, pod, sandbox).await {
                     Some(run) => {
@@ -112,7 +112,7 @@ pub async fn run(
             {
                 let reason = format!("the guest's QEMU exited ({how})");
                 tracing::warn!(pod = %run.name, "{reason}");
-                state.guest = None;
+                crate::agent::local::guest::drop_guest(state).await;
                 // The VMI first: the controller leaves a Failed VMI alone, so the reason stays.
                 mark_vmi_failed(&agent, &run.namespace, &state.vmi.clone(), "GuestExited", &reason).await;
                 if let Ok(Some(pod)) = Api::<Pod>::namespaced(agent.store.clone(), &run.namespace)
@@ -136,8 +136,8 @@ pub async fn run(
 }
 
 /// The sandbox a previous agent of this node left for `pod`: the pod is Running with its
-/// sandbox id recorded and its namespace still exists.
-fn previous_sandbox(topology: &Topology, pod: &Pod) -> Option<Sandbox> {
+/// sandbox id recorded and its namespace still exists (looked up on the blocking pool).
+async fn previous_sandbox(topology: &Topology, pod: &Pod) -> Option<Sandbox> {
     if pod.status.phase != "Running" {
         return None;
     }
@@ -157,8 +157,10 @@ fn previous_sandbox(topology: &Topology, pod: &Pod) -> Option<Sandbox> {
         ),
         pod_ip: pod.status.pod_ip.clone(),
     };
-    std::path::Path::new(&sandbox.netns_path())
-        .exists()
+    let path = sandbox.netns_path();
+    crate::sys::blocking(move || std::path::Path::new(&path).exists())
+        .await
+        .unwrap_or(false)
         .then_some(sandbox)
 }
 
@@ -207,12 +209,18 @@ async fn adopt(agent: &Arc<AgentContext>, pod: &Pod, sandbox: Sandbox) -> Option
         }
         Err(e) => e,
     };
-    let qemu = format!("qemu-{namespace}-{vmi}");
-    if let Some(record) = crate::local::processes::recorded(&agent.state_dir, &qemu) {
-        record.signal(nix::sys::signal::Signal::SIGKILL);
-        let _ = std::fs::remove_file(
-            crate::local::processes::pid_dir(&agent.state_dir).join(format!("{qemu}.pid")),
-        );
+    let (qemu, state_dir) = (format!("qemu-{namespace}-{vmi}"), agent.state_dir.clone());
+    let killed = crate::sys::blocking(move || {
+        if let Some(record) = crate::local::processes::recorded(&state_dir, &qemu) {
+            record.signal(nix::sys::signal::Signal::SIGKILL);
+            let _ = std::fs::remove_file(
+                crate::local::processes::pid_dir(&state_dir).join(format!("{qemu}.pid")),
+            );
+        }
+    })
+    .await;
+    if let Err(e) = killed {
+        tracing::warn!(pod = %name, "stop the recorded QEMU: {e:#}");
     }
     let reason = format!("the node agent restarted and could not take the launcher over: {error:#}");
     tracing::warn!(pod = %name, "{reason}");
@@ -269,7 +277,12 @@ async fn start_pod(agent: &Arc<AgentContext>, topology: &Topology, pod: &Pod) ->
         let fresh_pod = Api::<Pod>::namespaced(agent.store.clone(), &namespace)
             .get_required(&name)
             .await?;
-        let vmi = crate::agent::local::migration::target_vmi(agent, &fresh_pod, vmi);
+        // A migration target's VMI names the source's serial log, from the topology file.
+        let (context, target_pod) = (agent.clone(), fresh_pod.clone());
+        let vmi = crate::sys::blocking(move || {
+            crate::agent::local::migration::target_vmi(&context, &target_pod, vmi)
+        })
+        .await?;
         match launcher::start(agent, &fresh_pod, &vmi, &run.sandbox).await {
             Ok(state) => run.launcher = Some(state),
             Err(e) => {
@@ -298,6 +311,7 @@ async fn stop_pod(agent: &Arc<AgentContext>, run: RunningPod) {
     if let Err(e) = sandbox::remove(agent, run.sandbox).await {
         tracing::warn!(pod = %run.name, "sandbox removal: {e:#}");
     }
+    crate::agent::local::migration::release(run.migration).await;
 }
 
 /// Record why a pod's sandbox (its CNI ADD, or the launcher's wiring) failed as a Warning

@@ -68,6 +68,7 @@ struct LauncherRecord {
 const RECORD_FILE: &str = "launcher.json";
 
 /// Record `state` in its pod directory (atomically: a restarted agent reads all or nothing).
+/// File I/O: call it on a blocking thread.
 pub fn save(state: &LauncherState) -> anyhow::Result<()> {
     let guest = match state.guest.as_ref().and_then(|g| g.pid().map(|pid| (g, pid))) {
         Some((guest, pid)) => {
@@ -107,9 +108,14 @@ pub async fn adopt(
     dir: &Path,
 ) -> anyhow::Result<LauncherState> {
     let file = dir.join(RECORD_FILE);
-    let record: LauncherRecord =
-        serde_json::from_slice(&std::fs::read(&file).with_context(|| format!("read {}", file.display()))?)
-            .with_context(|| format!("parse {}", file.display()))?;
+    let record = {
+        let file = file.clone();
+        crate::sys::blocking(move || -> anyhow::Result<LauncherRecord> {
+            let bytes = std::fs::read(&file).with_context(|| format!("read {}", file.display()))?;
+            serde_json::from_slice(&bytes).with_context(|| format!("parse {}", file.display()))
+        })
+        .await??
+    };
     anyhow::ensure!(
         record.netns_path == sandbox.netns_path() && record.vmi == vmi.metadata.name,
         "{} records another sandbox or VMI",
@@ -140,7 +146,7 @@ pub async fn adopt(
         return Err(e);
     }
     report(agent, vmi.namespace(), &mut state).await?;
-    save(&state)?;
+    crate::sys::blocking_with(&mut state, |state| save(state)).await??;
     Ok(state)
 }
 
@@ -357,16 +363,13 @@ pub async fn start(
     };
     let (agent2, vmi2) = (agent.clone(), vmi.clone());
     let wired = crate::sys::blocking_with(&mut state, move |state| {
-        wire_and_boot(&agent2, &vmi2, &statuses, state)
+        wire_and_boot(&agent2, &vmi2, &statuses, state)?;
+        save(state).context("record the launcher")
     })
     .await?;
     if let Err(e) = wired {
         stop(agent, state).await;
         return Err(e);
-    }
-    if let Err(e) = save(&state) {
-        stop(agent, state).await;
-        return Err(e.context("record the launcher"));
     }
     report(agent, vmi.namespace(), &mut state).await?;
     Ok(state)

@@ -76,6 +76,7 @@ enum Outcome {
 
 /// The VMI the launcher of `pod` starts from: for a migration target, the source's MACs (from
 /// the VMI status: the guest keeps them) and [`INCOMING_ANNOTATION`]; other pods get `vmi`.
+/// Reads the topology file for a target: call it on a blocking thread.
 pub fn target_vmi(agent: &AgentContext, pod: &Pod, vmi: VirtualMachineInstance) -> VirtualMachineInstance {
     let Some(uid) = pod.metadata.label(MIGRATION_JOB_LABEL) else {
         return vmi;
@@ -138,13 +139,28 @@ pub async fn step(
     let result = if let Some(uid) = pod.metadata.label(MIGRATION_JOB_LABEL) {
         target_step(agent, &pod, uid, launcher, migration).await
     } else {
-        migration.target = None;
+        end_target(migration).await;
         source_step(agent, &pod, launcher, migration).await
     };
     if let Err(e) = result {
         tracing::warn!(pod = %name, "migration: {e:#}");
     }
     is_target
+}
+
+/// End the target side of a migration (if any) off the async workers: closing its proxy joins
+/// the relay threads.
+async fn end_target(migration: &mut PodMigration) {
+    if let Some(target) = migration.target.take()
+        && let Err(e) = crate::sys::blocking(move || drop(target)).await
+    {
+        tracing::warn!("migration target: {e:#}");
+    }
+}
+
+/// Let go of a pod's migrations (its pod stopped), off the async workers.
+pub async fn release(mut migration: PodMigration) {
+    end_target(&mut migration).await;
 }
 
 fn node_ip(topology: &Topology, node: &str) -> anyhow::Result<IpAddr> {
@@ -171,20 +187,20 @@ async fn target_step(
         return Ok(());
     };
     if state.failed {
-        migration.target = None;
+        end_target(migration).await;
         return Ok(());
     }
     if let Some(how) = launcher.guest.as_mut().and_then(|g| g.exited()) {
         // The target failed, not the VMI: its pod fails (the controller ends the migration
         // and removes it); the source guest runs on.
-        let log = launcher
-            .guest
-            .as_ref()
-            .map(|g| g.spec().qemu_log())
-            .and_then(|f| std::fs::read_to_string(f).ok())
-            .unwrap_or_default();
-        launcher.guest = None;
-        migration.target = None;
+        let log = match launcher.guest.as_ref().map(|g| g.spec().qemu_log()) {
+            Some(file) => {
+                crate::sys::blocking(move || std::fs::read_to_string(file).unwrap_or_default()).await?
+            }
+            None => String::new(),
+        };
+        crate::agent::local::guest::drop_guest(launcher).await;
+        end_target(migration).await;
         let reason = format!("the migration target's QEMU exited ({how}) {}", log.trim());
         tracing::warn!(pod = %pod.metadata.name, "{reason}");
         Api::<Pod>::namespaced(agent.store.clone(), &ns)
@@ -200,7 +216,8 @@ async fn target_step(
         return Ok(());
     }
     if migration.target.as_ref().is_none_or(|t| t.uid != uid) {
-        let topology = Topology::load(&agent.state_dir)?;
+        let state_dir = agent.state_dir.clone();
+        let topology = crate::sys::blocking(move || Topology::load(&state_dir)).await??;
         let here = node_ip(&topology, &agent.node)?;
         let source = node_ip(&topology, &state.source_node)?;
         let qmp = launcher.guest.as_ref().map(|g| g.spec().qmp_socket());
