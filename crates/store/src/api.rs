@@ -135,6 +135,21 @@ impl<T: Resource> Api<T> {
         self.modify_inner(name, true, change).await
     }
 
+    /// Like [`Api::modify_status`] for an object that may be gone (never created, or deleted
+    /// before or during the write): `Ok(None)` then, instead of [`StoreError::NotFound`] — for
+    /// status writers whose object's deletion makes the write moot.
+    pub async fn modify_status_if_exists(
+        &self,
+        name: &str,
+        change: impl FnMut(&mut T) -> bool,
+    ) -> Result<Option<T>, StoreError> {
+        match self.modify_status(name, change).await {
+            Ok(object) => Ok(Some(object)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn modify_inner(
         &self,
         name: &str,
@@ -196,4 +211,78 @@ pub enum TypedEvent<T> {
     Modified(T),
     /// Deleted (last state).
     Deleted(T),
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::{Deserialize, Serialize};
+
+    use super::*;
+    use crate::{MemoryStore, ObjectMeta};
+
+    /// A namespaced kind with a status.
+    #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+    struct Lamp {
+        metadata: ObjectMeta,
+        #[serde(default)]
+        status: LampStatus,
+    }
+
+    #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+    struct LampStatus {
+        #[serde(default)]
+        on: bool,
+    }
+
+    impl Resource for Lamp {
+        const API_VERSION: &'static str = "test.weft.dev/v1";
+        const KIND: &'static str = "Lamp";
+        const PLURAL: &'static str = "lamps";
+        fn metadata(&self) -> &ObjectMeta {
+            &self.metadata
+        }
+        fn metadata_mut(&mut self) -> &mut ObjectMeta {
+            &mut self.metadata
+        }
+    }
+
+    fn switch_on(lamp: &mut Lamp) -> bool {
+        !std::mem::replace(&mut lamp.status.on, true)
+    }
+
+    #[tokio::test]
+    async fn modify_status_if_exists_writes_an_object_and_skips_a_missing_one() {
+        let api = Api::<Lamp>::namespaced(Arc::new(MemoryStore::new()), "default");
+        // Missing: no error, nothing created.
+        assert_eq!(
+            api.modify_status_if_exists("hall", switch_on).await.unwrap(),
+            None
+        );
+        assert!(
+            api.modify_status("hall", switch_on)
+                .await
+                .unwrap_err()
+                .is_not_found()
+        );
+        assert_eq!(api.get("hall").await.unwrap(), None);
+        // Present: written, as modify_status does.
+        let lamp = Lamp {
+            metadata: ObjectMeta::named(Some("default"), "hall"),
+            ..Default::default()
+        };
+        api.create(&lamp).await.unwrap();
+        let written = api
+            .modify_status_if_exists("hall", switch_on)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(written.status.on);
+        assert!(api.get_required("hall").await.unwrap().status.on);
+        // Deleted again: skipped again.
+        api.delete("hall").await.unwrap();
+        assert_eq!(
+            api.modify_status_if_exists("hall", switch_on).await.unwrap(),
+            None
+        );
+    }
 }

@@ -37,7 +37,27 @@ pub fn remove(info_source: &str, item: &str) -> String {
         .join(SEPARATOR)
 }
 
-/// Whether `item` is one of the sources.
+/// Whether `item` is one of the sources: an entry of the comma-separated list (spaces around
+/// entries ignored, as a hand-written status may lack them), never a substring of one
+/// (`guest-agent-foo` is not `guest-agent`).
 pub fn contains(info_source: &str, item: &str) -> bool {
-    items(info_source).contains(&item)
+    info_source.split(',').any(|entry| entry.trim() == item)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contains_matches_whole_entries() {
+        assert!(contains(DOMAIN_AND_GUEST_AGENT, GUEST_AGENT));
+        assert!(contains(DOMAIN_AND_GUEST_AGENT, DOMAIN));
+        assert!(contains("domain,guest-agent", GUEST_AGENT));
+        assert!(contains(" guest-agent ", GUEST_AGENT));
+        assert!(!contains("guest-agent-foo", GUEST_AGENT));
+        assert!(!contains("domain, my-guest-agent", GUEST_AGENT));
+        assert!(!contains("", GUEST_AGENT));
+        assert_eq!(add(DOMAIN, GUEST_AGENT), DOMAIN_AND_GUEST_AGENT);
+        assert_eq!(remove(DOMAIN_AND_GUEST_AGENT, DOMAIN), GUEST_AGENT);
+    }
 }

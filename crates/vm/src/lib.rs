@@ -20,6 +20,9 @@
 //! - [`plan_vmi_sync`]: all of the controller's per-sync decisions for a VMI with a pod (its
 //!   phase, node, interfaces, `MigrationRequired`, pod annotations);
 //!   [`plan_vm_status`]: the VM's printable status; [`status::lifecycle`]: `Ready`, `Failed`.
+//! - [`status::apply_launcher_report`]: the node launcher's report into its VMI (interfaces,
+//!   `AgentConnected`, `guestOSInfo`, `Ready`, its annotations); [`status::all_nics_leased`]:
+//!   whether every NIC has its guest's address (`weft up`).
 //! - [`render()`]: `weft vm render`.
 //! - [`vmim::migration_step`]: the `VirtualMachineInstanceMigration` phase machine.
 

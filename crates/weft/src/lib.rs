@@ -13,7 +13,6 @@ pub mod describe;
 pub mod event_recorder;
 pub mod events;
 pub mod explain;
-pub mod guest_presence;
 pub mod install;
 pub mod ipam_plugin;
 pub mod jsonpath;

@@ -29,7 +29,7 @@ async fn wait_for_guests(topology: &Topology, args: &UpArgs) -> anyhow::Result<i
         let ready = !list.is_empty()
             && list
                 .iter()
-                .all(|vmi| crate::controller::all_nics_leased(vmi, args.no_guests));
+                .all(|vmi| weft_vm::status::all_nics_leased(vmi, args.no_guests));
         if ready {
             break;
         }

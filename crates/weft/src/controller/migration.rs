@@ -218,34 +218,31 @@ async fn record(
         .as_ref()
         .and_then(vmim::vmi_migration_state)
         .filter(|s| s.migration_uid == uid);
-    let result = api
-        .modify_status(&vmim.metadata.name, |m| {
-            let status = m.status.get_or_insert_with(Default::default);
-            let mut changed = vmim::record_phases(status, decision.phase, now);
-            if let Some(reason) = &decision.reason
-                && !status.conditions.iter().any(|c| c.type_ == "Failed")
-            {
-                status.conditions.push(Condition {
-                    type_: "Failed".into(),
-                    status: "True".into(),
-                    reason: "MigrationFailed".into(),
-                    message: reason.clone(),
-                    last_transition_time: Some(now.into()),
-                    ..Default::default()
-                });
-                changed = true;
-            }
-            if copy.is_some() && status.migration_state != copy {
-                status.migration_state = copy.clone();
-                changed = true;
-            }
-            changed
-        })
-        .await;
-    match result {
-        Err(e) if e.is_not_found() => Ok(()),
-        other => other.map(drop).map_err(Into::into),
-    }
+    // A migration deleted meanwhile has nothing left to record.
+    api.modify_status_if_exists(&vmim.metadata.name, |m| {
+        let status = m.status.get_or_insert_with(Default::default);
+        let mut changed = vmim::record_phases(status, decision.phase, now);
+        if let Some(reason) = &decision.reason
+            && !status.conditions.iter().any(|c| c.type_ == "Failed")
+        {
+            status.conditions.push(Condition {
+                type_: "Failed".into(),
+                status: "True".into(),
+                reason: "MigrationFailed".into(),
+                message: reason.clone(),
+                last_transition_time: Some(now.into()),
+                ..Default::default()
+            });
+            changed = true;
+        }
+        if copy.is_some() && status.migration_state != copy {
+            status.migration_state = copy.clone();
+            changed = true;
+        }
+        changed
+    })
+    .await?;
+    Ok(())
 }
 
 /// Choose the target node, record the migration on the VMI, create the target pod (a copy of

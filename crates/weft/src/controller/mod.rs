@@ -113,22 +113,6 @@ pub fn validate_manifests(objects: &[Object]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether every NIC of the VMI has an address reported from inside the guest (or, without
-/// guests or with a guest image without qemu-guest-agent, from the pod).
-pub fn all_nics_leased(vmi: &VirtualMachineInstance, no_guests: bool) -> bool {
-    let no_guests = no_guests || crate::guest_presence::agent_absent(vmi);
-    let status = vmi.status_interfaces();
-    let phase_ok = vmi.status.as_ref().is_some_and(|s| s.phase == "Running");
-    phase_ok
-        && vmi.spec.networks.iter().all(|network| {
-            status.iter().any(|s| {
-                s.name == network.name
-                    && !s.ip_address.is_empty()
-                    && (no_guests || s.info_source.contains("guest-agent"))
-            })
-        })
-}
-
 pub(super) async fn reconcile_vm(
     store: &Arc<dyn Store>,
     vm: &VirtualMachine,

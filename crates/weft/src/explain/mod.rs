@@ -17,9 +17,8 @@ use crate::kinds::{Event, Pod};
 
 use cni_error::classify;
 
-/// VMI annotation where the local launcher records, per VMI interface, what its DHCP server
-/// saw (requests received, replies sent), and whether a guest runs at all.
-pub const DHCP_RECORD_ANNOTATION: &str = "weft.dev/dhcp";
+// The annotation belongs to the VMI's status report (weft-vm); explain reads it.
+pub use weft_vm::status::DHCP_RECORD_ANNOTATION;
 
 /// The launcher's DHCP record of a VMI ([`DHCP_RECORD_ANNOTATION`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -437,7 +437,7 @@ impl<'a> Context<'a> {
         if self.no_guest() {
             return Finding::unchecked("not checked: no guest runs (weft up --no-guests)");
         }
-        if crate::guest_presence::agent_absent(&self.snapshot.vmi) {
+        if weft_vm::status::agent_absent(&self.snapshot.vmi) {
             return Finding::unchecked(
                 "not checked: the guest image was built without qemu-guest-agent \
                  (apt-get install qemu-guest-agent on the node, then restart the VM)",

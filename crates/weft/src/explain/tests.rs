@@ -488,7 +488,7 @@ fn a_guest_whose_agent_does_not_answer_is_told_to_check_qemu_guest_agent() {
     assert_eq!(guest.reason, "qemu-guest-agent reports no address for br1");
     assert!(guest.fix.contains("DHCP client"), "{}", guest.fix);
     // An image built without the agent: nothing to wait for, and said so.
-    crate::guest_presence::mark_absent(&mut snapshot.vmi.metadata.annotations, true);
+    weft_vm::status::mark_absent(&mut snapshot.vmi.metadata.annotations, true);
     let guest = stage(&explain(&snapshot), "br1", Stage::GuestReport).clone();
     assert_eq!(guest.outcome, Outcome::NotChecked);
     assert!(

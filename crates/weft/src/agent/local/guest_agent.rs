@@ -1,7 +1,8 @@
 //! The launcher's guest agent poller (KubeVirt's virt-launcher agent poller): asks the guest's
 //! qemu-guest-agent for its interfaces and OS every few seconds, backing off while it does not
-//! answer, and turns the answers into the VMI's `status.interfaces` (guest-agent source),
-//! `status.guestOSInfo` and the `AgentConnected` condition.
+//! answer, and gives what the VMI's `status.interfaces` (guest-agent source),
+//! `status.guestOSInfo` and the `AgentConnected` condition are made of
+//! (`weft_vm::status::apply_launcher_report` makes them).
 //!
 //! The session itself (socket, handshake, bounded reads) runs on a short-lived thread of its
 //! own: [`AgentPoller::tick`] never blocks, it only starts a session when one is due and
@@ -12,8 +13,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use weft_guest::qga::{self, AgentReport, GuestInterface, GuestOsInfo, QgaError};
-use weft_vm::api::{Condition, VmiStatus};
-use weft_vm::status::GuestAgentInterface;
+use weft_vm::status::{AgentView, GuestAgentInterface};
 
 /// How often an answering agent is asked (KubeVirt polls interfaces every few seconds too).
 pub const POLL_PERIOD: Duration = Duration::from_secs(3);
@@ -23,15 +23,6 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Bound on each read of a session (a session is 5 round trips).
 pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// KubeVirt's condition type: the guest agent is connected.
-pub const AGENT_CONNECTED: &str = "AgentConnected";
-
-/// `status.guestOSInfo`.
-pub const GUEST_OS_INFO: &str = "guestOSInfo";
-
-// The mark is a leaf the controller, `weft up` and explain read without the agent's roles.
-pub use crate::guest_presence::{AGENT_ABSENT_ANNOTATION, agent_absent, mark_absent};
 
 /// The poller of one guest's agent.
 #[derive(Default)]
@@ -110,26 +101,20 @@ impl AgentPoller {
         before != (self.connected, self.interfaces.clone(), self.os.clone())
     }
 
-    /// What the status needs of the agent now.
+    /// What the status needs of the agent now: whether it answers, and its last OS info
+    /// (kept when the agent stops answering, like KubeVirt's cached domain OS info).
     pub fn view(&self) -> AgentView {
         AgentView {
             connected: self.connected,
-            interfaces: status_interfaces(&self.interfaces),
-            os: self.os.clone(),
+            os: self.os.as_ref().and_then(|os| serde_json::to_value(os).ok()),
         }
     }
-}
 
-/// The agent's part of a VMI's status, as last seen.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct AgentView {
-    /// The last session succeeded.
-    pub connected: bool,
-    /// `guest-network-get-interfaces`, as the status merge takes it.
-    pub interfaces: Vec<GuestAgentInterface>,
-    /// `guest-get-osinfo` (kept when the agent stops answering, like KubeVirt's cached
-    /// domain OS info).
-    pub os: Option<GuestOsInfo>,
+    /// `guest-network-get-interfaces` as the status merge takes it (none while the agent does
+    /// not answer).
+    pub fn interfaces(&self) -> Vec<GuestAgentInterface> {
+        status_interfaces(&self.interfaces)
+    }
 }
 
 /// The agent's interfaces as KubeVirt's virt-launcher converts them: every address (no
@@ -154,32 +139,6 @@ pub fn status_interfaces(interfaces: &[GuestInterface]) -> Vec<GuestAgentInterfa
             }
         })
         .collect()
-}
-
-/// Writes the agent's `guestOSInfo` and the `AgentConnected` condition into `status`, as
-/// virt-handler does: the condition is added (True, probed `now`) when the agent answers and
-/// removed when it does not; `guestOSInfo` is the last OS info the agent gave.
-pub fn apply(status: &mut VmiStatus, view: &AgentView, now: &str) {
-    let present = status.conditions.iter().any(|c| c.type_ == AGENT_CONNECTED);
-    if view.connected && !present {
-        status.conditions.push(Condition {
-            type_: AGENT_CONNECTED.into(),
-            status: "True".into(),
-            last_probe_time: Some(now.into()),
-            last_transition_time: Some(now.into()),
-            ..Default::default()
-        });
-    } else if !view.connected && present {
-        status.conditions.retain(|c| c.type_ != AGENT_CONNECTED);
-    }
-    match view.os.as_ref().and_then(|os| serde_json::to_value(os).ok()) {
-        Some(os) => {
-            status.extra.insert(GUEST_OS_INFO.into(), os);
-        }
-        None => {
-            status.extra.remove(GUEST_OS_INFO);
-        }
-    }
 }
 
 #[cfg(test)]
@@ -250,67 +209,6 @@ mod tests {
         };
         let status = weft_vm::handler_status_interfaces(&vmi.spec, &[], &report);
         assert_eq!(status[0].info_source, "domain");
-    }
-
-    #[test]
-    fn the_condition_follows_the_agent_and_os_info_stays() {
-        let os = GuestOsInfo {
-            id: "weft".into(),
-            kernel_release: "6.1.0-48-amd64".into(),
-            ..Default::default()
-        };
-        let mut status = VmiStatus::default();
-        let up = AgentView {
-            connected: true,
-            interfaces: Vec::new(),
-            os: Some(os),
-        };
-        apply(&mut status, &up, "2026-12-02T00:00:00Z");
-        let condition = status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == AGENT_CONNECTED)
-            .unwrap();
-        assert_eq!(condition.status, "True");
-        assert_eq!(
-            status.extra[GUEST_OS_INFO],
-            serde_json::json!({"id": "weft", "kernelRelease": "6.1.0-48-amd64"})
-        );
-        // Applied again later: the condition keeps its first probe time (no status churn).
-        let snapshot = status.clone();
-        apply(&mut status, &up, "2026-12-02T00:00:09Z");
-        assert_eq!(status, snapshot);
-        let down = AgentView {
-            connected: false,
-            ..up
-        };
-        apply(&mut status, &down, "2026-12-02T00:01:00Z");
-        assert!(status.conditions.iter().all(|c| c.type_ != AGENT_CONNECTED));
-        assert!(status.extra.contains_key(GUEST_OS_INFO));
-    }
-
-    #[test]
-    fn weft_up_does_not_wait_for_an_agent_the_image_lacks() {
-        let mut vmi: weft_vm::VirtualMachineInstance = serde_json::from_value(serde_json::json!({
-            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-            "metadata": {"name": "vm1", "namespace": "default"},
-            "spec": {"networks": [{"name": "default", "pod": {}}]},
-            "status": {"phase": "Running", "interfaces": [
-                {"name": "default", "ipAddress": "10.244.1.5", "infoSource": "domain"}]}
-        }))
-        .unwrap();
-        assert!(
-            !crate::controller::all_nics_leased(&vmi, false),
-            "waits for the agent"
-        );
-        mark_absent(&mut vmi.metadata.annotations, true);
-        assert!(agent_absent(&vmi));
-        assert!(
-            crate::controller::all_nics_leased(&vmi, false),
-            "no agent to wait for"
-        );
-        mark_absent(&mut vmi.metadata.annotations, false);
-        assert!(!agent_absent(&vmi));
     }
 
     #[test]

@@ -235,15 +235,14 @@ async fn adopt(agent: &Arc<AgentContext>, pod: &Pod, sandbox: Sandbox) -> Option
 
 /// Mark a VMI Failed with `reason` (status.reason and a `Ready=False` condition saying why).
 async fn mark_vmi_failed(agent: &Arc<AgentContext>, namespace: &str, vmi: &str, code: &str, reason: &str) {
+    // A VMI deleted meanwhile needs no mark.
     let marked = Api::<VirtualMachineInstance>::namespaced(agent.store.clone(), namespace)
-        .modify_status(vmi, |v| {
+        .modify_status_if_exists(vmi, |v| {
             let status = v.status.get_or_insert_with(Default::default);
             weft_vm::status::mark_vmi_failed(status, reason, Some(code), &weft_store::now_rfc3339())
         })
         .await;
-    if let Err(e) = marked
-        && !e.is_not_found()
-    {
+    if let Err(e) = marked {
         tracing::warn!(vmi, "status update: {e}");
     }
 }
@@ -340,8 +339,9 @@ async fn record_sandbox_failure(agent: &Arc<AgentContext>, pod: &Pod, message: &
 
 async fn set_pod_phase(agent: &Arc<AgentContext>, pod: &Pod, phase: &str, message: &str, pod_ip: &str) {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    // A pod deleted meanwhile has no phase to show.
     let result = Api::<Pod>::namespaced(agent.store.clone(), &ns)
-        .modify_status(&pod.metadata.name, |p| {
+        .modify_status_if_exists(&pod.metadata.name, |p| {
             let before = p.status.clone();
             p.status.phase = phase.into();
             p.status.message = message.into();
@@ -351,9 +351,7 @@ async fn set_pod_phase(agent: &Arc<AgentContext>, pod: &Pod, phase: &str, messag
             p.status != before
         })
         .await;
-    if let Err(e) = result
-        && !e.is_not_found()
-    {
+    if let Err(e) = result {
         tracing::warn!(pod = %pod.metadata.name, "status update: {e}");
     }
 }

@@ -515,10 +515,7 @@ fn apply_hotplug(
     Ok(changes)
 }
 
-/// VMI annotation where the launcher reports the guest's own checks (`weft.dev/guest-checks`).
-pub const GUEST_REPORT_ANNOTATION: &str = "weft.dev/guest-report";
-
-/// The guest's check results as a compact JSON list.
+/// The guest's check results as a compact JSON list (`weft_vm::status::GUEST_REPORT_ANNOTATION`).
 pub fn checks_summary(report: &weft_guest::GuestReport) -> String {
     let checks: Vec<serde_json::Value> = report
         .checks
@@ -530,7 +527,8 @@ pub fn checks_summary(report: &weft_guest::GuestReport) -> String {
 
 /// Update the VMI's status from the domain and qemu-guest-agent: interfaces, `guestOSInfo`,
 /// the `AgentConnected` condition, the `Ready` condition (the guest has leased every NIC, from
-/// its serial report), and the guest's check results.
+/// its serial report), and the guest's check results. This gathers the report; what it means
+/// for the VMI is `weft_vm::status::apply_launcher_report`'s decision.
 pub async fn report(
     agent: &Arc<AgentContext>,
     namespace: &str,
@@ -554,32 +552,19 @@ pub async fn report(
         }
         None => state.guest_agent = Default::default(),
     }
-    let agent_view = state.guest_agent.view();
-    let report = domain_report(state, &agent_view);
-    let no_guest = state.guest.is_none();
-    let ready = no_guest || guest_report.as_ref().is_some_and(|r| r.ready);
-    let checks = guest_report.as_ref().map(checks_summary).filter(|c| c != "[]");
     let record = dhcp_record(state, guest_report.as_ref());
-    let record_text = serde_json::to_string(&record).unwrap_or_default();
+    let input = weft_vm::status::LauncherReport {
+        domain: domain_report(state, state.guest_agent.interfaces()),
+        agent: state.guest_agent.view(),
+        checks: guest_report.as_ref().map(checks_summary).filter(|c| c != "[]"),
+        dhcp_record: serde_json::to_string(&record).unwrap_or_default(),
+        ready: state.guest.is_none() || guest_report.as_ref().is_some_and(|r| r.ready),
+        agent_absent,
+    };
     let now = weft_store::now_rfc3339();
     Api::<VirtualMachineInstance>::namespaced(agent.store.clone(), namespace)
         .modify_status(&state.vmi, |vmi| {
-            let before = (vmi.status.clone(), vmi.metadata.annotations.clone());
-            let next = weft_vm::handler_status_interfaces(&vmi.spec, vmi.status_interfaces(), &report);
-            if let Some(checks) = &checks {
-                vmi.metadata
-                    .annotations
-                    .insert(GUEST_REPORT_ANNOTATION.into(), checks.clone());
-            }
-            vmi.metadata
-                .annotations
-                .insert(crate::explain::DHCP_RECORD_ANNOTATION.into(), record_text.clone());
-            crate::agent::local::guest_agent::mark_absent(&mut vmi.metadata.annotations, agent_absent);
-            let status = vmi.status.get_or_insert_with(Default::default);
-            status.interfaces = next;
-            crate::agent::local::guest_agent::apply(status, &agent_view, &now);
-            weft_vm::status::set_ready_condition(&mut status.conditions, ready, &now);
-            (vmi.status.clone(), vmi.metadata.annotations.clone()) != before
+            weft_vm::status::apply_launcher_report(vmi, &input, &now)
         })
         .await?;
     announce_dhcp(agent, namespace, state, &record).await;
@@ -669,10 +654,11 @@ pub fn dhcp_record(
     }
 }
 
-/// What the node knows of the domain: its NICs, qemu-guest-agent's interfaces, the pod IPs.
+/// What the node knows of the domain: its NICs, qemu-guest-agent's interfaces (`agent`), the
+/// pod IPs.
 pub fn domain_report(
     state: &LauncherState,
-    agent: &crate::agent::local::guest_agent::AgentView,
+    agent: Vec<weft_vm::status::GuestAgentInterface>,
 ) -> weft_vm::DomainReport {
     weft_vm::DomainReport {
         interfaces: state
@@ -684,7 +670,7 @@ pub fn domain_report(
                 ..Default::default()
             })
             .collect(),
-        guest_agent_interfaces: agent.interfaces.clone(),
+        guest_agent_interfaces: agent,
         pod_interface_cache: state
             .pod_ips
             .iter()

@@ -551,21 +551,18 @@ async fn write_progress(
         return Ok(());
     };
     let text = serde_json::to_string(progress)?;
-    let result = api
-        .modify_status(&vmim.metadata.name, |m| {
-            if m.metadata.annotation(MIGRATION_PROGRESS_ANNOTATION) == Some(text.as_str()) {
-                return false;
-            }
-            m.metadata
-                .annotations
-                .insert(MIGRATION_PROGRESS_ANNOTATION.into(), text.clone());
-            true
-        })
-        .await;
-    match result {
-        Err(e) if e.is_not_found() => Ok(()),
-        other => other.map(drop).map_err(Into::into),
-    }
+    // A migration deleted meanwhile has no progress to show.
+    api.modify_status_if_exists(&vmim.metadata.name, |m| {
+        if m.metadata.annotation(MIGRATION_PROGRESS_ANNOTATION) == Some(text.as_str()) {
+            return false;
+        }
+        m.metadata
+            .annotations
+            .insert(MIGRATION_PROGRESS_ANNOTATION.into(), text.clone());
+        true
+    })
+    .await?;
+    Ok(())
 }
 
 /// The migration object with `uid`, if it still exists.

@@ -1,0 +1,200 @@
+//! What a VMI's status says about its guest: the guest-agent-absent mark the launcher sets (and
+//! the controller, `weft up` and `weft explain` read), the `AgentConnected` condition and
+//! `status.guestOSInfo` from qemu-guest-agent, and whether every NIC has its guest address.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::api::{Condition, VirtualMachineInstance, VmiStatus};
+use crate::infosource;
+
+/// VMI annotation the launcher sets (`absent`) when the guest's image was built without
+/// qemu-guest-agent (the host lacks the package): nothing will ever report from inside that
+/// guest, so waiting for a guest-agent source (`weft up`) is pointless.
+pub const AGENT_ABSENT_ANNOTATION: &str = "weft.dev/guest-agent";
+
+/// KubeVirt's condition type: the guest agent is connected.
+pub const AGENT_CONNECTED: &str = "AgentConnected";
+
+/// `status.guestOSInfo`.
+pub const GUEST_OS_INFO: &str = "guestOSInfo";
+
+/// Sets or clears [`AGENT_ABSENT_ANNOTATION`].
+pub fn mark_absent(annotations: &mut BTreeMap<String, String>, absent: bool) {
+    if absent {
+        annotations.insert(AGENT_ABSENT_ANNOTATION.into(), "absent".into());
+    } else {
+        annotations.remove(AGENT_ABSENT_ANNOTATION);
+    }
+}
+
+/// Whether `vmi`'s guest runs without qemu-guest-agent ([`AGENT_ABSENT_ANNOTATION`]).
+pub fn agent_absent(vmi: &VirtualMachineInstance) -> bool {
+    vmi.metadata.annotation(AGENT_ABSENT_ANNOTATION) == Some("absent")
+}
+
+/// Whether the VMI runs and every NIC of it has an address reported from inside the guest
+/// (a `guest-agent` entry in its `infoSource`), or, without guests (`no_guests`) or with a
+/// guest image without qemu-guest-agent ([`agent_absent`]), any address (from the pod).
+pub fn all_nics_leased(vmi: &VirtualMachineInstance, no_guests: bool) -> bool {
+    let any_source = no_guests || agent_absent(vmi);
+    let running = vmi.status.as_ref().is_some_and(|s| s.phase == "Running");
+    let status = vmi.status_interfaces();
+    running
+        && vmi.spec.networks.iter().all(|network| {
+            status.iter().any(|s| {
+                s.name == network.name
+                    && !s.ip_address.is_empty()
+                    && (any_source || infosource::contains(&s.info_source, infosource::GUEST_AGENT))
+            })
+        })
+}
+
+/// What the status needs of qemu-guest-agent, as the launcher's poller last saw it (its
+/// interfaces go into [`crate::DomainReport::guest_agent_interfaces`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AgentView {
+    /// The last session succeeded.
+    pub connected: bool,
+    /// `guest-get-osinfo` as `status.guestOSInfo` carries it (kept when the agent stops
+    /// answering, like KubeVirt's cached domain OS info).
+    pub os: Option<Value>,
+}
+
+/// Writes the agent's `guestOSInfo` and the `AgentConnected` condition into `status`, as
+/// virt-handler does: the condition is added (True, probed `now`) when the agent answers and
+/// removed when it does not (an existing one keeps its times: no status churn);
+/// `guestOSInfo` is the last OS info the agent gave.
+pub fn apply_agent_view(status: &mut VmiStatus, view: &AgentView, now: &str) {
+    let present = status.conditions.iter().any(|c| c.type_ == AGENT_CONNECTED);
+    if view.connected && !present {
+        status.conditions.push(Condition {
+            type_: AGENT_CONNECTED.into(),
+            status: "True".into(),
+            last_probe_time: Some(now.into()),
+            last_transition_time: Some(now.into()),
+            ..Default::default()
+        });
+    } else if !view.connected && present {
+        status.conditions.retain(|c| c.type_ != AGENT_CONNECTED);
+    }
+    match &view.os {
+        Some(os) => {
+            status.extra.insert(GUEST_OS_INFO.into(), os.clone());
+        }
+        None => {
+            status.extra.remove(GUEST_OS_INFO);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn vmi(phase: &str, interfaces: Value) -> VirtualMachineInstance {
+        serde_json::from_value(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "vm1", "namespace": "default"},
+            "spec": {"networks": [{"name": "default", "pod": {}}, {"name": "blue",
+                     "multus": {"networkName": "blue-net"}}]},
+            "status": {"phase": phase, "interfaces": interfaces}
+        }))
+        .unwrap()
+    }
+
+    fn both(source: &str) -> Value {
+        json!([{"name": "default", "ipAddress": "10.244.1.5", "infoSource": source},
+               {"name": "blue", "ipAddress": "10.0.4.2", "infoSource": source}])
+    }
+
+    #[test]
+    fn a_vmi_that_does_not_run_has_no_leases() {
+        let vmi = vmi("Scheduled", both("domain, guest-agent"));
+        assert!(!all_nics_leased(&vmi, false));
+        assert!(!all_nics_leased(&vmi, true));
+    }
+
+    #[test]
+    fn every_nic_needs_an_address() {
+        let one = json!([{"name": "default", "ipAddress": "10.244.1.5",
+                          "infoSource": "domain, guest-agent"}]);
+        assert!(!all_nics_leased(&vmi("Running", one), true), "blue is missing");
+        let empty = json!([{"name": "default", "ipAddress": "10.244.1.5", "infoSource": "guest-agent"},
+                           {"name": "blue", "infoSource": "domain, guest-agent"}]);
+        assert!(
+            !all_nics_leased(&vmi("Running", empty), true),
+            "blue has no address"
+        );
+    }
+
+    #[test]
+    fn the_guest_agent_is_one_entry_of_the_source_list() {
+        assert!(all_nics_leased(
+            &vmi("Running", both("domain, guest-agent")),
+            false
+        ));
+        assert!(all_nics_leased(
+            &vmi("Running", both("guest-agent,multus-status")),
+            false
+        ));
+        assert!(all_nics_leased(&vmi("Running", both("guest-agent")), false));
+        for source in ["domain", "guest-agent-foo", "domain, my-guest-agent", ""] {
+            assert!(
+                !all_nics_leased(&vmi("Running", both(source)), false),
+                "{source:?}"
+            );
+        }
+        // Without guests, the pod's address suffices.
+        assert!(all_nics_leased(&vmi("Running", both("domain")), true));
+    }
+
+    #[test]
+    fn weft_up_does_not_wait_for_an_agent_the_image_lacks() {
+        let mut vmi = vmi("Running", both("domain"));
+        assert!(!all_nics_leased(&vmi, false), "waits for the agent");
+        mark_absent(&mut vmi.metadata.annotations, true);
+        assert!(agent_absent(&vmi));
+        assert_eq!(vmi.metadata.annotation(AGENT_ABSENT_ANNOTATION), Some("absent"));
+        assert!(all_nics_leased(&vmi, false), "no agent to wait for");
+        mark_absent(&mut vmi.metadata.annotations, false);
+        assert!(!agent_absent(&vmi));
+        assert!(vmi.metadata.annotations.is_empty());
+    }
+
+    #[test]
+    fn the_condition_follows_the_agent_and_os_info_stays() {
+        let os = json!({"id": "weft", "kernelRelease": "6.1.0-48-amd64"});
+        let mut status = VmiStatus::default();
+        let up = AgentView {
+            connected: true,
+            os: Some(os.clone()),
+        };
+        apply_agent_view(&mut status, &up, "2026-12-02T00:00:00Z");
+        let condition = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == AGENT_CONNECTED)
+            .unwrap();
+        assert_eq!(condition.status, "True");
+        assert_eq!(condition.last_probe_time, Some(json!("2026-12-02T00:00:00Z")));
+        assert_eq!(status.extra[GUEST_OS_INFO], os);
+        // Applied again later: the condition keeps its first probe time (no status churn).
+        let snapshot = status.clone();
+        apply_agent_view(&mut status, &up, "2026-12-02T00:00:09Z");
+        assert_eq!(status, snapshot);
+        let down = AgentView {
+            connected: false,
+            ..up
+        };
+        apply_agent_view(&mut status, &down, "2026-12-02T00:01:00Z");
+        assert!(status.conditions.iter().all(|c| c.type_ != AGENT_CONNECTED));
+        assert_eq!(status.extra[GUEST_OS_INFO], os, "the last OS info stays");
+        // An agent that never gave OS info: none in the status.
+        apply_agent_view(&mut status, &AgentView::default(), "2026-12-02T00:02:00Z");
+        assert!(!status.extra.contains_key(GUEST_OS_INFO));
+        assert!(status.conditions.is_empty());
+    }
+}
