@@ -9,7 +9,7 @@ use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
 
 use common::can_run_root_test;
 use dhcproto::Decodable;
-use dhcproto::v6::{DhcpOption, IANA, Message, MessageType, OptionCode};
+use dhcproto::v6::{DhcpOption, Message, MessageType, OptionCode};
 use weft_dhcp::{V6Config, bind_server_socket_v6, spawn_v6, v6};
 
 fn exchange(socket: &UdpSocket, scope: u32, request: &Message) -> Message {
@@ -25,20 +25,9 @@ fn exchange(socket: &UdpSocket, scope: u32, request: &Message) -> Message {
     }
 }
 
+/// This test's client: DUID-LL of 02:00:00:0a:00:01, IAID 7.
 fn solicit(xid: [u8; 3], rapid: bool) -> Message {
-    let mut message = Message::new_with_id(MessageType::Solicit, xid);
-    let opts = message.opts_mut();
-    opts.insert(DhcpOption::ClientId(vec![0, 3, 0, 1, 2, 0, 0, 0x0a, 0, 1]));
-    opts.insert(DhcpOption::IANA(IANA {
-        id: 7,
-        t1: 0,
-        t2: 0,
-        opts: Default::default(),
-    }));
-    if rapid {
-        opts.insert(DhcpOption::RapidCommit);
-    }
-    message
+    v6::solicit(xid, vec![0, 3, 0, 1, 2, 0, 0, 0x0a, 0, 1], 7, rapid)
 }
 
 fn leased_address(message: &Message) -> Ipv6Addr {

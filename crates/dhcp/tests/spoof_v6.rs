@@ -18,23 +18,15 @@ use std::sync::atomic::Ordering;
 
 use common::can_run_root_test;
 use dhcproto::Decodable;
-use dhcproto::v6::{DhcpOption, IANA, Message, MessageType};
+use dhcproto::v6::{Message, MessageType};
 use weft_dhcp::{V6Config, bind_guest_v6, bind_in_netns, spawn_guest_v6, v6};
 
 const GUEST: [u8; 6] = [0x02, 0, 0, 0x0a, 0, 0x01];
 const ATTACKER: [u8; 6] = [0x02, 0, 0, 0x0e, 0, 0x66];
 
+/// A SOLICIT from a client whose DUID-LL names `client_mac` (IAID 7).
 fn solicit(xid: [u8; 3], client_mac: [u8; 6]) -> Message {
-    let mut message = Message::new_with_id(MessageType::Solicit, xid);
-    let opts = message.opts_mut();
-    opts.insert(DhcpOption::ClientId([&[0, 3, 0, 1][..], &client_mac].concat()));
-    opts.insert(DhcpOption::IANA(IANA {
-        id: 7,
-        t1: 0,
-        t2: 0,
-        opts: Default::default(),
-    }));
-    message
+    v6::solicit(xid, [&[0, 3, 0, 1][..], &client_mac].concat(), 7, false)
 }
 
 fn send(socket: &UdpSocket, scope: u32, message: &Message) {
