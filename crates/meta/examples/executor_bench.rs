@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use weft_cni::runtime::exec::ProcessExec;
-use weft_cni::{CniArgs, CniRuntime, Delegate, RuntimeConf};
+use weft_cni::{CniRuntime, Delegate};
+use weft_meta::executor::runtime_conf;
 use weft_meta::{
     AttachmentRequest, DelegatePlan, Executor, K8sArgs, MemoryCatalog, MetaConfig, NoRouteEditor, Pod,
     plan_add,
@@ -133,13 +134,7 @@ fn main() {
 }
 
 fn run_direct(cni: &CniRuntime<ProcessExec>, request: &AttachmentRequest, plans: &[DelegatePlan]) {
-    let conf = |plan: &DelegatePlan| RuntimeConf {
-        container_id: request.container_id.clone(),
-        netns: request.netns.clone(),
-        ifname: plan.ifname.clone(),
-        args: CniArgs::from_pairs(plan.cni_args.clone()),
-        capability_args: Default::default(),
-    };
+    let conf = |plan: &DelegatePlan| runtime_conf(request, plan, plan.cni_args.clone());
     let delegates: Vec<Delegate> = plans
         .iter()
         .map(|p| Delegate::from_bytes(p.config.text().as_bytes()).unwrap())
