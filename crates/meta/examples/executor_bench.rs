@@ -14,8 +14,7 @@ use weft_cni::runtime::exec::ProcessExec;
 use weft_cni::{CniRuntime, Delegate};
 use weft_meta::executor::runtime_conf;
 use weft_meta::{
-    AttachmentRequest, DelegatePlan, Executor, K8sArgs, MemoryCatalog, MetaConfig, NoRouteEditor, Pod,
-    plan_add,
+    AttachmentRequest, DelegatePlan, Executor, MemoryCatalog, MetaConfig, NoRouteEditor, Pod, plan_add,
 };
 
 const PLUGIN_DIR: &str = "/usr/lib/cni";
@@ -79,17 +78,8 @@ fn main() {
     for i in 0..iterations {
         for mode in 0..3 {
             let pod_ns = Netns::new(format!("wt-{pid}-bench-pod{i}-{mode}"));
-            let request = AttachmentRequest {
-                container_id: format!("bench{i}m{mode}"),
-                netns: pod_ns.path(),
-                ifname: "eth0".into(),
-                cni_args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p".into(),
-                k8s: K8sArgs {
-                    pod_namespace: "ns".into(),
-                    pod_name: "p".into(),
-                    ..Default::default()
-                },
-            };
+            let request =
+                AttachmentRequest::for_pod(&format!("bench{i}m{mode}"), &pod_ns.path(), "eth0", "ns", "p");
             let start = Instant::now();
             match mode {
                 0 => {

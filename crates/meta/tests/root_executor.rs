@@ -8,9 +8,7 @@ use std::path::Path;
 use serde_json::json;
 use weft_cni::CniRuntime;
 use weft_cni::runtime::exec::ProcessExec;
-use weft_meta::{
-    AttachmentRequest, Executor, K8sArgs, MemoryCatalog, MetaConfig, NoRouteEditor, Pod, plan_add,
-};
+use weft_meta::{AttachmentRequest, Executor, MemoryCatalog, MetaConfig, NoRouteEditor, Pod, plan_add};
 use weft_testing::{Netns, REFERENCE_PLUGIN_DIR, reference_plugins_or_skip, root_or_skip, unique};
 
 /// True when test `name` may create namespaces and run the reference plugins.
@@ -66,17 +64,13 @@ fn setup() -> Setup {
             .to_string(),
         );
     let config = MetaConfig::parse(br#"{"cniVersion":"1.0.0","clusterNetwork":"cluster"}"#).unwrap();
-    let request = AttachmentRequest {
-        container_id: format!("ctr{id}"),
-        netns: pod_ns.path().to_string_lossy().into_owned(),
-        ifname: "eth0".into(),
-        cni_args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p".into(),
-        k8s: K8sArgs {
-            pod_namespace: "ns".into(),
-            pod_name: "p".into(),
-            ..Default::default()
-        },
-    };
+    let request = AttachmentRequest::for_pod(
+        &format!("ctr{id}"),
+        &pod_ns.path().to_string_lossy(),
+        "eth0",
+        "ns",
+        "p",
+    );
     Setup {
         host,
         pod_ns,

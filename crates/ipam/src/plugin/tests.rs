@@ -70,6 +70,17 @@ async fn create_claim(store: &Arc<dyn Store>, name: &str, network: &str) -> Ipam
         .unwrap()
 }
 
+/// The first status condition of claim `name`.
+async fn first_condition(claims: &Api<IpamClaim>, name: &str) -> crate::claim::Condition {
+    claims
+        .get_required(name)
+        .await
+        .unwrap()
+        .status
+        .conditions
+        .remove(0)
+}
+
 #[tokio::test]
 async fn add_check_del_round_trip() {
     let store = MemoryStore::shared();
@@ -308,13 +319,7 @@ async fn claimed_address_held_by_someone_else_is_an_ip_address_conflict() {
     put_pod(&store, "launcher", "vm2.blue").await;
     let err = add(&store, "cl", "launcher", &conf).await.unwrap_err();
     assert_eq!(err.code, codes::ADDRESS_TAKEN);
-    let cond = claims
-        .get_required("vm2.blue")
-        .await
-        .unwrap()
-        .status
-        .conditions
-        .remove(0);
+    let cond = first_condition(&claims, "vm2.blue").await;
     assert_eq!(
         (cond.status.as_str(), cond.reason.as_str()),
         ("False", reasons::IP_ADDRESS_CONFLICT)
@@ -326,13 +331,7 @@ async fn claimed_address_held_by_someone_else_is_an_ip_address_conflict() {
         .unwrap();
     let r = add(&store, "cl", "launcher", &conf).await.unwrap();
     assert_eq!(r.ips[0].address.to_string(), "10.10.0.77/24");
-    let cond = claims
-        .get_required("vm2.blue")
-        .await
-        .unwrap()
-        .status
-        .conditions
-        .remove(0);
+    let cond = first_condition(&claims, "vm2.blue").await;
     assert_eq!(cond.reason, reasons::SUCCESSFUL_ALLOCATION);
 }
 
