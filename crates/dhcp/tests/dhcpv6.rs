@@ -5,7 +5,7 @@ mod support;
 
 use weft_testing as common;
 
-use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
+use std::net::{Ipv6Addr, UdpSocket};
 
 use common::can_run_root_test;
 use dhcproto::Decodable;
@@ -13,8 +13,7 @@ use dhcproto::v6::{DhcpOption, Message, MessageType, OptionCode};
 use weft_dhcp::{V6Config, bind_server_socket_v6, spawn_v6, v6};
 
 fn exchange(socket: &UdpSocket, scope: u32, request: &Message) -> Message {
-    let servers = SocketAddrV6::new(v6::ALL_SERVERS, v6::SERVER_PORT, 0, scope);
-    socket.send_to(&v6::encode(request).unwrap(), servers).unwrap();
+    support::send_to_servers(socket, scope, request);
     let mut buffer = [0u8; 1500];
     loop {
         let (len, _) = socket.recv_from(&mut buffer).expect("a DHCPv6 reply");
