@@ -4,38 +4,16 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 use weft_cni::runtime::exec::{ExecError, PluginExec, ProcessExec};
 use weft_cni::{
     CniArgs, CniRuntime, CniVersion, Delegate, DelegateError, GcAttachment, JsonObject, RuntimeConf,
 };
-use weft_testing::{Netns, root_or_skip};
-
-const PLUGIN_DIR: &str = "/usr/lib/cni";
-
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
-
-fn unique() -> String {
-    format!(
-        "{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// True when the reference plugins are installed; otherwise says why test `name` skips.
-fn plugins_installed(name: &str) -> bool {
-    Path::new(PLUGIN_DIR).join("bridge").exists()
-        || weft_testing::skip(
-            name,
-            &format!("reference CNI plugins not installed in {PLUGIN_DIR}"),
-        )
-}
+use weft_testing::{Netns, REFERENCE_PLUGIN_DIR, reference_plugins_or_skip, root_or_skip, unique};
 
 fn can_run_root_tests(name: &str) -> bool {
-    root_or_skip(name) && plugins_installed(name)
+    root_or_skip(name) && reference_plugins_or_skip(name)
 }
 
 /// `ip -j addr show dev IFNAME` in `ns`, if that link exists.
@@ -57,7 +35,7 @@ fn object(value: Value) -> JsonObject {
 }
 
 fn runtime_in(host: &Netns) -> CniRuntime<ProcessExec> {
-    CniRuntime::new([PLUGIN_DIR])
+    CniRuntime::new([REFERENCE_PLUGIN_DIR])
         .in_netns(host.path())
         .with_timeout(std::time::Duration::from_secs(30))
 }
@@ -235,7 +213,7 @@ fn add_failure_reports_the_plugin_error() {
 fn missing_plugin_is_a_clear_error() {
     let delegate =
         Delegate::from_bytes(br#"{"cniVersion":"1.0.0","name":"n","type":"wt-no-such-plugin"}"#).unwrap();
-    let cni = CniRuntime::new(["/nonexistent-dir", PLUGIN_DIR]);
+    let cni = CniRuntime::new(["/nonexistent-dir", REFERENCE_PLUGIN_DIR]);
     let runtime = RuntimeConf {
         container_id: "c".into(),
         netns: "/run/netns/none".into(),
@@ -254,15 +232,15 @@ fn missing_plugin_is_a_clear_error() {
 
 #[test]
 fn real_plugins_report_versions_and_reject_1_1_0_without_negotiation() {
-    if !plugins_installed("real_plugins_report_versions_and_reject_1_1_0_without_negotiation") {
+    if !reference_plugins_or_skip("real_plugins_report_versions_and_reject_1_1_0_without_negotiation") {
         return;
     }
-    let cni = CniRuntime::new([PLUGIN_DIR]);
+    let cni = CniRuntime::new([REFERENCE_PLUGIN_DIR]);
     let versions = cni
-        .plugin_versions(&Path::new(PLUGIN_DIR).join("bridge"))
+        .plugin_versions(&Path::new(REFERENCE_PLUGIN_DIR).join("bridge"))
         .expect("bridge answers VERSION");
     assert!(versions.contains(&CniVersion::V1_0_0));
-    let strict = CniRuntime::new([PLUGIN_DIR]).without_version_negotiation();
+    let strict = CniRuntime::new([REFERENCE_PLUGIN_DIR]).without_version_negotiation();
     let delegate = Delegate::from_bytes(br#"{"cniVersion":"1.1.0","name":"n","type":"bridge"}"#).unwrap();
     let runtime = RuntimeConf {
         container_id: "c".into(),

@@ -38,15 +38,20 @@ pub enum ServeError {
     Io(#[from] io::Error),
 }
 
+/// SO_BINDTODEVICE `ifname`, naming the device in the error.
+fn bind_device(socket: &Socket, ifname: &str) -> io::Result<()> {
+    socket
+        .bind_device(Some(ifname.as_bytes()))
+        .map_err(|error| io::Error::new(error.kind(), format!("SO_BINDTODEVICE {ifname}: {error}")))
+}
+
 /// A UDP socket on `0.0.0.0:67` bound to device `ifname`, with SO_BROADCAST and SO_REUSEADDR, so
 /// that one server per bridge can run in the same namespace. Call it inside the target netns.
 pub fn bind_server_socket(ifname: &str) -> io::Result<UdpSocket> {
     let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
     socket.set_reuse_address(true)?;
     socket.set_broadcast(true)?;
-    socket
-        .bind_device(Some(ifname.as_bytes()))
-        .map_err(|error| io::Error::new(error.kind(), format!("SO_BINDTODEVICE {ifname}: {error}")))?;
+    bind_device(&socket, ifname)?;
     socket.bind(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, dhcproto::v4::SERVER_PORT).into())?;
     Ok(socket.into())
 }
@@ -54,23 +59,11 @@ pub fn bind_server_socket(ifname: &str) -> io::Result<UdpSocket> {
 /// A UDP socket on `[::]:547` bound to device `ifname`, joined to `ff02::1:2` there, for one
 /// DHCPv6 server per bridge. Call it inside the target netns.
 pub fn bind_server_socket_v6(ifname: &str) -> io::Result<UdpSocket> {
-    let name = std::ffi::CString::new(ifname)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name has a NUL"))?;
-    // SAFETY: `name` is a valid NUL-terminated string for the duration of the call.
-    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    if index == 0 {
-        let error = io::Error::last_os_error();
-        return Err(io::Error::new(
-            error.kind(),
-            format!("interface {ifname}: {error}"),
-        ));
-    }
+    let index = crate::tap::ifindex(ifname)?;
     let socket = Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP))?;
     socket.set_only_v6(true)?;
     socket.set_reuse_address(true)?;
-    socket
-        .bind_device(Some(ifname.as_bytes()))
-        .map_err(|error| io::Error::new(error.kind(), format!("SO_BINDTODEVICE {ifname}: {error}")))?;
+    bind_device(&socket, ifname)?;
     socket.bind(&SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, v6::SERVER_PORT, 0, 0).into())?;
     socket.join_multicast_v6(&v6::ALL_SERVERS, index)?;
     Ok(socket.into())

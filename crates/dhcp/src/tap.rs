@@ -97,25 +97,35 @@ pub(crate) const FILTER_RS: [libc::sock_filter; 8] = [
 
 const DROP_ALL: [libc::sock_filter; 1] = [op(RET_K, 0, 0, 0)];
 
-fn attach_filter(fd: i32, program: &[libc::sock_filter]) -> io::Result<()> {
-    let fprog = libc::sock_fprog {
-        len: program.len() as u16,
-        filter: program.as_ptr().cast_mut(),
-    };
-    // SAFETY: `fprog` points at `program`, alive for the call; the kernel copies it.
+/// `setsockopt(fd, SOL_SOCKET, option, value)`.
+///
+/// # Safety
+/// `value` must be what the kernel expects for `option`, and every pointer in it valid for
+/// the call (the kernel copies what it keeps).
+unsafe fn set_socket_option<T>(fd: i32, option: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: `value` is a valid `T` of the size given; the caller vouches for its meaning.
     let rc = unsafe {
         libc::setsockopt(
             fd,
             libc::SOL_SOCKET,
-            libc::SO_ATTACH_FILTER,
-            (&raw const fprog).cast(),
-            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+            option,
+            std::ptr::from_ref(value).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
         )
     };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+fn attach_filter(fd: i32, program: &[libc::sock_filter]) -> io::Result<()> {
+    let fprog = libc::sock_fprog {
+        len: program.len() as u16,
+        filter: program.as_ptr().cast_mut(),
+    };
+    // SAFETY: a sock_fprog pointing at `program`, alive for the call; the kernel copies it.
+    unsafe { set_socket_option(fd, libc::SO_ATTACH_FILTER, &fprog) }
 }
 
 /// A packet socket (all protocols: a bridge port's frames reach protocol-specific packet
@@ -166,20 +176,8 @@ fn set_timeout(fd: &OwnedFd, timeout: Duration) -> io::Result<()> {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_usec: timeout.subsec_micros() as libc::suseconds_t,
     };
-    // SAFETY: `tv` is a valid timeval for the call.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&raw const tv).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    // SAFETY: SO_RCVTIMEO takes a timeval.
+    unsafe { set_socket_option(fd.as_raw_fd(), libc::SO_RCVTIMEO, &tv) }
 }
 
 /// The DHCPv4 sockets of the server for the guest behind `tap` on `bridge`. Call it inside the

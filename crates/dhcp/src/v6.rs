@@ -150,6 +150,25 @@ pub fn encode(message: &Message) -> Result<Vec<u8>, dhcproto::error::EncodeError
     message.to_vec()
 }
 
+/// A client's SOLICIT: transaction `xid`, client DUID `client_id`, one IA_NA `iaid` and, when
+/// `rapid_commit`, Rapid Commit. What [`reply`] answers; for the tests and benchmarks that
+/// play the client.
+pub fn solicit(xid: [u8; 3], client_id: Vec<u8>, iaid: u32, rapid_commit: bool) -> Message {
+    let mut message = Message::new_with_id(MessageType::Solicit, xid);
+    let opts = message.opts_mut();
+    opts.insert(DhcpOption::ClientId(client_id));
+    opts.insert(DhcpOption::IANA(IANA {
+        id: iaid,
+        t1: 0,
+        t2: 0,
+        opts: Default::default(),
+    }));
+    if rapid_commit {
+        opts.insert(DhcpOption::RapidCommit);
+    }
+    message
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,20 +179,8 @@ mod tests {
         config
     }
 
-    fn solicit(rapid: bool) -> Message {
-        let mut message = Message::new_with_id(MessageType::Solicit, [1, 2, 3]);
-        let opts = message.opts_mut();
-        opts.insert(DhcpOption::ClientId(vec![0, 3, 0, 1, 2, 0, 0, 0, 0, 9]));
-        opts.insert(DhcpOption::IANA(IANA {
-            id: 0xabcd,
-            t1: 0,
-            t2: 0,
-            opts: Default::default(),
-        }));
-        if rapid {
-            opts.insert(DhcpOption::RapidCommit);
-        }
-        message
+    fn sample_solicit(rapid: bool) -> Message {
+        solicit([1, 2, 3], vec![0, 3, 0, 1, 2, 0, 0, 0, 0, 9], 0xabcd, rapid)
     }
 
     fn leased(message: &Message) -> (u32, Ipv6Addr, u32) {
@@ -189,7 +196,7 @@ mod tests {
     #[test]
     fn solicit_is_advertised_and_rapid_commit_replied() {
         let config = config();
-        let advertise = reply(&solicit(false), &config).unwrap();
+        let advertise = reply(&sample_solicit(false), &config).unwrap();
         assert_eq!(advertise.msg_type(), MessageType::Advertise);
         assert_eq!(advertise.xid(), [1, 2, 3]);
         assert_eq!(leased(&advertise), (0xabcd, config.client_ip, 86_313_600));
@@ -198,7 +205,7 @@ mod tests {
             Some(&DhcpOption::ServerId(vec![0, 3, 0, 1, 2, 0, 0, 0, 0, 0]))
         );
         assert!(advertise.opts().get(OptionCode::RapidCommit).is_none());
-        let rapid = reply(&solicit(true), &config).unwrap();
+        let rapid = reply(&sample_solicit(true), &config).unwrap();
         assert_eq!(rapid.msg_type(), MessageType::Reply);
         assert!(rapid.opts().get(OptionCode::RapidCommit).is_some());
         assert!(rapid.opts().get(OptionCode::DomainNameServers).is_some());
@@ -207,7 +214,7 @@ mod tests {
     #[test]
     fn request_is_replied_unless_for_another_server() {
         let config = config();
-        let mut request = solicit(false);
+        let mut request = sample_solicit(false);
         request.set_msg_type(MessageType::Request);
         request
             .opts_mut()
@@ -225,7 +232,7 @@ mod tests {
             .opts_mut()
             .insert(DhcpOption::ServerId(vec![0, 3, 0, 1, 9, 9, 9, 9, 9, 9]));
         assert!(reply(&request, &config).is_none());
-        let mut advertise = solicit(false);
+        let mut advertise = sample_solicit(false);
         advertise.set_msg_type(MessageType::Advertise);
         assert!(reply(&advertise, &config).is_none());
     }
@@ -237,7 +244,7 @@ mod tests {
 
     #[test]
     fn sanitized_decode_keeps_what_reply_reads() {
-        let wire = encode(&solicit(true)).unwrap();
+        let wire = encode(&sample_solicit(true)).unwrap();
         let decoded = decode(&wire).unwrap();
         assert_eq!(decoded.msg_type(), MessageType::Solicit);
         assert!(decoded.opts().get(OptionCode::RapidCommit).is_some());

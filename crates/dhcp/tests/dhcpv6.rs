@@ -5,16 +5,15 @@ mod support;
 
 use weft_testing as common;
 
-use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
+use std::net::{Ipv6Addr, UdpSocket};
 
 use common::can_run_root_test;
 use dhcproto::Decodable;
-use dhcproto::v6::{DhcpOption, IANA, Message, MessageType, OptionCode};
+use dhcproto::v6::{DhcpOption, Message, MessageType, OptionCode};
 use weft_dhcp::{V6Config, bind_server_socket_v6, spawn_v6, v6};
 
 fn exchange(socket: &UdpSocket, scope: u32, request: &Message) -> Message {
-    let servers = SocketAddrV6::new(v6::ALL_SERVERS, v6::SERVER_PORT, 0, scope);
-    socket.send_to(&v6::encode(request).unwrap(), servers).unwrap();
+    support::send_to_servers(socket, scope, request);
     let mut buffer = [0u8; 1500];
     loop {
         let (len, _) = socket.recv_from(&mut buffer).expect("a DHCPv6 reply");
@@ -25,20 +24,9 @@ fn exchange(socket: &UdpSocket, scope: u32, request: &Message) -> Message {
     }
 }
 
+/// This test's client: DUID-LL of 02:00:00:0a:00:01, IAID 7.
 fn solicit(xid: [u8; 3], rapid: bool) -> Message {
-    let mut message = Message::new_with_id(MessageType::Solicit, xid);
-    let opts = message.opts_mut();
-    opts.insert(DhcpOption::ClientId(vec![0, 3, 0, 1, 2, 0, 0, 0x0a, 0, 1]));
-    opts.insert(DhcpOption::IANA(IANA {
-        id: 7,
-        t1: 0,
-        t2: 0,
-        opts: Default::default(),
-    }));
-    if rapid {
-        opts.insert(DhcpOption::RapidCommit);
-    }
-    message
+    v6::solicit(xid, vec![0, 3, 0, 1, 2, 0, 0, 0x0a, 0, 1], 7, rapid)
 }
 
 fn leased_address(message: &Message) -> Ipv6Addr {

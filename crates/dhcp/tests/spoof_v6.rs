@@ -13,33 +13,20 @@ mod support;
 
 use weft_testing as common;
 
-use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
+use std::net::Ipv6Addr;
 use std::sync::atomic::Ordering;
 
 use common::can_run_root_test;
 use dhcproto::Decodable;
-use dhcproto::v6::{DhcpOption, IANA, Message, MessageType};
+use dhcproto::v6::{Message, MessageType};
 use weft_dhcp::{V6Config, bind_guest_v6, bind_in_netns, spawn_guest_v6, v6};
 
 const GUEST: [u8; 6] = [0x02, 0, 0, 0x0a, 0, 0x01];
 const ATTACKER: [u8; 6] = [0x02, 0, 0, 0x0e, 0, 0x66];
 
+/// A SOLICIT from a client whose DUID-LL names `client_mac` (IAID 7).
 fn solicit(xid: [u8; 3], client_mac: [u8; 6]) -> Message {
-    let mut message = Message::new_with_id(MessageType::Solicit, xid);
-    let opts = message.opts_mut();
-    opts.insert(DhcpOption::ClientId([&[0, 3, 0, 1][..], &client_mac].concat()));
-    opts.insert(DhcpOption::IANA(IANA {
-        id: 7,
-        t1: 0,
-        t2: 0,
-        opts: Default::default(),
-    }));
-    message
-}
-
-fn send(socket: &UdpSocket, scope: u32, message: &Message) {
-    let servers = SocketAddrV6::new(v6::ALL_SERVERS, v6::SERVER_PORT, 0, scope);
-    socket.send_to(&v6::encode(message).unwrap(), servers).unwrap();
+    v6::solicit(xid, [&[0, 3, 0, 1][..], &client_mac].concat(), 7, false)
 }
 
 #[test]
@@ -69,7 +56,7 @@ fn dhcpv6_neighbours_get_no_lease_and_the_guest_does() {
 
     let mut drops = 0;
     for (n, client_mac) in [ATTACKER, GUEST].into_iter().enumerate() {
-        send(
+        support::send_to_servers(
             &attacker,
             attacker_scope,
             &solicit([0xa0, 0, n as u8], client_mac),
@@ -77,7 +64,7 @@ fn dhcpv6_neighbours_get_no_lease_and_the_guest_does() {
         drops += 1;
         support::wait_dropped(&server, drops);
     }
-    send(&client, scope, &solicit([0xb0, 0, 0], ATTACKER));
+    support::send_to_servers(&client, scope, &solicit([0xb0, 0, 0], ATTACKER));
     drops += 1;
     support::wait_dropped(&server, drops);
     assert_eq!(
@@ -88,7 +75,7 @@ fn dhcpv6_neighbours_get_no_lease_and_the_guest_does() {
     );
 
     // The guest's own SOLICIT is answered.
-    send(&client, scope, &solicit([0, 0, 1], GUEST));
+    support::send_to_servers(&client, scope, &solicit([0, 0, 1], GUEST));
     let mut buffer = [0u8; 1500];
     let reply = loop {
         let (len, _) = client.recv_from(&mut buffer).expect("an ADVERTISE for the guest");

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use weft_launcher::exec::{NetlinkBackend, NetnsBackend, apply, teardown};
+use weft_launcher::lease::LeaseV4;
 use weft_launcher::{
     Binding, NatOptions, TapOwner, TapSettings, VmNetworkCidrs, WiringPlan, WiringRequest, plan_wiring,
 };
@@ -79,17 +80,18 @@ fn wget(ns: &Netns, url: &str) -> Result<String> {
 }
 
 /// A pod netns whose `eth0` (10.222.222.1/30, default route via the node) is a veth to a node
-/// netns (`wt-node`, 10.222.222.2/30).
-fn pod_behind_node(role_prefix: &str) -> (Netns, Netns) {
+/// netns (`wt-node`, 10.222.222.2/30), and an empty netns for the guest.
+fn pod_node_and_guest(role_prefix: &str) -> (Netns, Netns, Netns) {
     let pod = Netns::new(&format!("mqt-{role_prefix}pod-"));
     let node = Netns::new(&format!("mqt-{role_prefix}node-"));
+    let guest = Netns::new(&format!("mqt-{role_prefix}guest-"));
     pod.add_veth("eth0", &node, "wt-node");
     pod.ip(&["addr", "add", "10.222.222.1/30", "dev", "eth0"]);
     pod.ip(&["link", "set", "eth0", "up"]);
     pod.ip(&["route", "add", "default", "via", "10.222.222.2"]);
     node.ip(&["addr", "add", "10.222.222.2/30", "dev", "wt-node"]);
     node.ip(&["link", "set", "wt-node", "up"]);
-    (pod, node)
+    (pod, node, guest)
 }
 
 /// The wiring of the pod's primary `eth0` with `binding`.
@@ -125,14 +127,28 @@ fn guest_port(pod: &Netns, guest: &Netns, bridge: &str) {
     pod.ip(&["link", "set", "wt-gport", "master", bridge, "up"]);
 }
 
+/// Configures the guest's `eth0` as the IPv4 DHCP lease says: address, up, default route.
+fn configure_guest_v4(guest: &Netns, lease: &LeaseV4) {
+    guest.ip(&["addr", "add", &lease.address.to_string(), "dev", "eth0"]);
+    guest.ip(&["link", "set", "eth0", "up"]);
+    let router = lease.router.expect("the lease names a router").to_string();
+    guest.ip(&["route", "add", "default", "via", &router]);
+}
+
+/// Removes the guest's port, then tears the wiring down.
+fn unwire(pod: &Netns, backend: &mut NetlinkBackend, plan: &WiringPlan) -> Result<()> {
+    pod.ip(&["link", "del", "wt-gport"]);
+    teardown(backend, plan)?;
+    Ok(())
+}
+
 #[test]
 #[ignore = "needs root: scripts/test.sh runs it as root"]
 fn masquerade_forwards_both_ways() -> Result<()> {
     if !can_run_root_test("masquerade_forwards_both_ways") {
         return Ok(());
     }
-    let (pod, node) = pod_behind_node("");
-    let guest = Netns::new("mqt-guest-");
+    let (pod, node, guest) = pod_node_and_guest("");
     pod.ip(&["addr", "add", "2001:db8::1/64", "dev", "eth0", "nodad"]);
     pod.ip(&["-6", "route", "add", "default", "via", "2001:db8::2"]);
     node.ip(&["addr", "add", "2001:db8::2/64", "dev", "wt-node", "nodad"]);
@@ -142,15 +158,7 @@ fn masquerade_forwards_both_ways() -> Result<()> {
     // The guest's NIC: a veth port on the bridge, configured as the DHCP lease says.
     let lease = plan.lease.as_ref().unwrap().ipv4.as_ref().unwrap();
     guest_port(&pod, &guest, &plan.names.bridge);
-    guest.ip(&["addr", "add", &lease.address.to_string(), "dev", "eth0"]);
-    guest.ip(&["link", "set", "eth0", "up"]);
-    guest.ip(&[
-        "route",
-        "add",
-        "default",
-        "via",
-        &lease.router.unwrap().to_string(),
-    ]);
+    configure_guest_v4(&guest, lease);
     let v6 = plan.lease.as_ref().unwrap().ipv6.as_ref().unwrap();
     guest.ip(&["addr", "add", &v6.address.to_string(), "dev", "eth0", "nodad"]);
     guest.ip(&["-6", "route", "add", "default", "via", "fd10:0:2::1"]);
@@ -178,8 +186,7 @@ fn masquerade_forwards_both_ways() -> Result<()> {
         "hello-from-guest\n"
     );
 
-    pod.ip(&["link", "del", "wt-gport"]);
-    teardown(&mut backend, &plan)?;
+    unwire(&pod, &mut backend, &plan)?;
     let after = fetch_once(&node, "http://10.222.222.1/index.html");
     assert!(after.is_err(), "no DNAT after teardown: {after:?}");
     Ok(())
@@ -193,8 +200,7 @@ fn masquerade_forwards_only_declared_ports() -> Result<()> {
     if !can_run_root_test("masquerade_forwards_only_declared_ports") {
         return Ok(());
     }
-    let (pod, node) = pod_behind_node("p");
-    let guest = Netns::new("mqt-pguest-");
+    let (pod, node, guest) = pod_node_and_guest("p");
     let options = NatOptions {
         ports: vec![weft_launcher::nft::ForwardedPort {
             protocol: "TCP".to_string(),
@@ -204,9 +210,7 @@ fn masquerade_forwards_only_declared_ports() -> Result<()> {
     };
     let (mut backend, plan) = wire(&pod, Binding::Masquerade(options))?;
     guest_port(&pod, &guest, &plan.names.bridge);
-    guest.ip(&["addr", "add", "10.0.2.2/24", "dev", "eth0"]);
-    guest.ip(&["link", "set", "eth0", "up"]);
-    guest.ip(&["route", "add", "default", "via", "10.0.2.1"]);
+    configure_guest_v4(&guest, plan.lease.as_ref().unwrap().ipv4.as_ref().unwrap());
     let www = tempfile::tempdir()?;
     std::fs::write(www.path().join("index.html"), "hello-from-guest\n")?;
     let _on_80 = httpd_on(&guest, www.path(), 80)?;
@@ -224,8 +228,7 @@ fn masquerade_forwards_only_declared_ports() -> Result<()> {
         "the guest does serve it"
     );
 
-    pod.ip(&["link", "del", "wt-gport"]);
-    teardown(&mut backend, &plan)?;
+    unwire(&pod, &mut backend, &plan)?;
     Ok(())
 }
 
@@ -237,8 +240,7 @@ fn bridge_binding_hands_the_pod_ip_to_the_guest() -> Result<()> {
     if !can_run_root_test("bridge_binding_hands_the_pod_ip_to_the_guest") {
         return Ok(());
     }
-    let (pod, node) = pod_behind_node("b");
-    let guest = Netns::new("mqt-bguest-");
+    let (pod, node, guest) = pod_node_and_guest("b");
 
     let (mut backend, plan) = wire(&pod, Binding::Bridge)?;
 
@@ -253,9 +255,7 @@ fn bridge_binding_hands_the_pod_ip_to_the_guest() -> Result<()> {
         "address",
         &lease.client_mac.unwrap().to_string(),
     ]);
-    guest.ip(&["addr", "add", &v4.address.to_string(), "dev", "eth0"]);
-    guest.ip(&["link", "set", "eth0", "up"]);
-    guest.ip(&["route", "add", "default", "via", &v4.router.unwrap().to_string()]);
+    configure_guest_v4(&guest, v4);
 
     let _servers = serve_node_and_guest(&node, &guest)?;
 
@@ -268,8 +268,7 @@ fn bridge_binding_hands_the_pod_ip_to_the_guest() -> Result<()> {
         "hello-from-guest\n"
     );
 
-    pod.ip(&["link", "del", "wt-gport"]);
-    teardown(&mut backend, &plan)?;
+    unwire(&pod, &mut backend, &plan)?;
     assert!(
         pod.exec(&["ip", "addr", "show", "dev", "eth0"])
             .contains("10.222.222.1/30"),

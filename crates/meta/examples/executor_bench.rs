@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use weft_cni::runtime::exec::ProcessExec;
-use weft_cni::{CniArgs, CniRuntime, Delegate, RuntimeConf};
+use weft_cni::{CniRuntime, Delegate};
+use weft_meta::executor::runtime_conf;
 use weft_meta::{
-    AttachmentRequest, DelegatePlan, Executor, K8sArgs, MemoryCatalog, MetaConfig, NoRouteEditor, Pod,
-    plan_add,
+    AttachmentRequest, DelegatePlan, Executor, MemoryCatalog, MetaConfig, NoRouteEditor, Pod, plan_add,
 };
 
 const PLUGIN_DIR: &str = "/usr/lib/cni";
@@ -78,17 +78,8 @@ fn main() {
     for i in 0..iterations {
         for mode in 0..3 {
             let pod_ns = Netns::new(format!("wt-{pid}-bench-pod{i}-{mode}"));
-            let request = AttachmentRequest {
-                container_id: format!("bench{i}m{mode}"),
-                netns: pod_ns.path(),
-                ifname: "eth0".into(),
-                cni_args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p".into(),
-                k8s: K8sArgs {
-                    pod_namespace: "ns".into(),
-                    pod_name: "p".into(),
-                    ..Default::default()
-                },
-            };
+            let request =
+                AttachmentRequest::for_pod(&format!("bench{i}m{mode}"), &pod_ns.path(), "eth0", "ns", "p");
             let start = Instant::now();
             match mode {
                 0 => {
@@ -133,13 +124,7 @@ fn main() {
 }
 
 fn run_direct(cni: &CniRuntime<ProcessExec>, request: &AttachmentRequest, plans: &[DelegatePlan]) {
-    let conf = |plan: &DelegatePlan| RuntimeConf {
-        container_id: request.container_id.clone(),
-        netns: request.netns.clone(),
-        ifname: plan.ifname.clone(),
-        args: CniArgs::from_pairs(plan.cni_args.clone()),
-        capability_args: Default::default(),
-    };
+    let conf = |plan: &DelegatePlan| runtime_conf(request, plan, plan.cni_args.clone());
     let delegates: Vec<Delegate> = plans
         .iter()
         .map(|p| Delegate::from_bytes(p.config.text().as_bytes()).unwrap())

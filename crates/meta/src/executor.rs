@@ -405,7 +405,9 @@ fn delegate_of(plan: &DelegatePlan) -> Result<Delegate, String> {
     Delegate::from_bytes(plan.config.text().as_bytes()).map_err(|e: ConfigError| e.to_string())
 }
 
-fn runtime_conf(
+/// The runtime config `plan`'s delegate gets for `request`, with CNI_ARGS `args`
+/// ([`DelegatePlan::add_cni_args`] or [`DelegatePlan::del_cni_args`]).
+pub fn runtime_conf(
     request: &AttachmentRequest,
     plan: &DelegatePlan,
     args: Vec<(String, String)>,

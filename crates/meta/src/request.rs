@@ -27,6 +27,23 @@ pub struct UidMismatch {
 }
 
 impl AttachmentRequest {
+    /// The request a runtime makes to attach `ifname` of pod `namespace/name` in `netns`:
+    /// `CNI_ARGS` carrying the pod's identity (`IgnoreUnknown`, `K8S_POD_NAMESPACE`,
+    /// `K8S_POD_NAME`), as benchmarks and tests that play the runtime need it.
+    pub fn for_pod(container_id: &str, netns: &str, ifname: &str, namespace: &str, name: &str) -> Self {
+        Self {
+            container_id: container_id.into(),
+            netns: netns.into(),
+            ifname: ifname.into(),
+            cni_args: format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={name}"),
+            k8s: K8sArgs {
+                pod_namespace: namespace.into(),
+                pod_name: name.into(),
+                ..Default::default()
+            },
+        }
+    }
+
     /// The request from a validated CNI environment (the shim forwards the runtime's).
     /// `CNI_IFNAME` defaults to `eth0` as in Multus's daemon.
     pub fn from_request_env(env: &RequestEnv) -> Self {

@@ -1,84 +1,19 @@
 //! The executor driving the real reference plugins (/usr/lib/cni) for a planned pod: eth0 plus
 //! secondaries, concurrent ADD, full rollback when a delegate fails, DEL leaving nothing. Root
-//! only; creates its own `wt-<pid>-<n>-*` namespaces and removes them on drop.
+//! only; creates its own `wt-<role><pid>-<n>` namespaces and removes them on drop.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 
 use serde_json::json;
 use weft_cni::CniRuntime;
 use weft_cni::runtime::exec::ProcessExec;
-use weft_meta::{
-    AttachmentRequest, Executor, K8sArgs, MemoryCatalog, MetaConfig, NoRouteEditor, Pod, plan_add,
-};
+use weft_meta::{AttachmentRequest, Executor, MemoryCatalog, MetaConfig, NoRouteEditor, Pod, plan_add};
+use weft_testing::{Netns, REFERENCE_PLUGIN_DIR, reference_plugins_or_skip, root_or_skip, unique};
 
-const PLUGIN_DIR: &str = "/usr/lib/cni";
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
-
-fn unique() -> String {
-    format!(
-        "{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-fn can_run() -> bool {
-    let uid = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    // As weft_testing::skip (this crate does not depend on weft-testing): under
-    // WEFT_REQUIRE_ROOT_TESTS=1 a root test that cannot run fails.
-    let skip = |why: &str| {
-        assert!(
-            std::env::var_os("WEFT_REQUIRE_ROOT_TESTS").is_none_or(|v| v != "1"),
-            "root executor test cannot run: {why} (WEFT_REQUIRE_ROOT_TESTS=1)"
-        );
-        eprintln!("skipping: {why}");
-        false
-    };
-    if !uid.unwrap_or(false) {
-        return skip("needs root (CAP_NET_ADMIN) to create network namespaces");
-    }
-    if !Path::new(PLUGIN_DIR).join("bridge").exists() {
-        return skip(&format!("reference CNI plugins not installed in {PLUGIN_DIR}"));
-    }
-    true
-}
-
-fn ip(args: &[&str]) -> std::process::Output {
-    Command::new("ip")
-        .args(args)
-        .output()
-        .expect("iproute2 is installed")
-}
-
-struct Netns(String);
-
-impl Netns {
-    fn new(role: &str) -> Self {
-        let name = format!("wt-{}-{role}", unique());
-        assert!(ip(&["netns", "add", &name]).status.success());
-        ip(&["-n", &name, "link", "set", "lo", "up"]);
-        Self(name)
-    }
-    fn path(&self) -> PathBuf {
-        PathBuf::from("/run/netns").join(&self.0)
-    }
-    fn has_link(&self, ifname: &str) -> bool {
-        ip(&["-n", &self.0, "link", "show", "dev", ifname])
-            .status
-            .success()
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = ip(&["netns", "del", &self.0]);
-    }
+/// True when test `name` may create namespaces and run the reference plugins.
+fn can_run(name: &str) -> bool {
+    root_or_skip(name) && reference_plugins_or_skip(name)
 }
 
 /// Addresses host-local still holds under `dir` (files named after IPs).
@@ -129,17 +64,13 @@ fn setup() -> Setup {
             .to_string(),
         );
     let config = MetaConfig::parse(br#"{"cniVersion":"1.0.0","clusterNetwork":"cluster"}"#).unwrap();
-    let request = AttachmentRequest {
-        container_id: format!("ctr{id}"),
-        netns: pod_ns.path().to_string_lossy().into_owned(),
-        ifname: "eth0".into(),
-        cni_args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p".into(),
-        k8s: K8sArgs {
-            pod_namespace: "ns".into(),
-            pod_name: "p".into(),
-            ..Default::default()
-        },
-    };
+    let request = AttachmentRequest::for_pod(
+        &format!("ctr{id}"),
+        &pod_ns.path().to_string_lossy(),
+        "eth0",
+        "ns",
+        "p",
+    );
     Setup {
         host,
         pod_ns,
@@ -165,12 +96,12 @@ fn pod(annotation: &str) -> Pod {
 #[test]
 #[ignore = "needs root: scripts/test.sh runs it as root"]
 fn add_then_del_with_real_plugins_leaves_nothing() {
-    if !can_run() {
+    if !can_run("add_then_del_with_real_plugins_leaves_nothing") {
         return;
     }
     let s = setup();
     let plans = plan_add(&s.config, &s.request, Some(&pod("one,two@data0")), &s.catalog).unwrap();
-    let cni = CniRuntime::with_executor([PLUGIN_DIR], ProcessExec::in_netns(s.host.path()));
+    let cni = CniRuntime::with_executor([REFERENCE_PLUGIN_DIR], ProcessExec::in_netns(s.host.path()));
     let outcome = Executor::new(&cni, &NoRouteEditor)
         .with_parallelism(2)
         .add(&s.request, &plans)
@@ -211,12 +142,12 @@ fn add_then_del_with_real_plugins_leaves_nothing() {
 #[test]
 #[ignore = "needs root: scripts/test.sh runs it as root"]
 fn failing_delegate_rolls_back_everything_with_real_plugins() {
-    if !can_run() {
+    if !can_run("failing_delegate_rolls_back_everything_with_real_plugins") {
         return;
     }
     let s = setup();
     let plans = plan_add(&s.config, &s.request, Some(&pod("one,broken,two")), &s.catalog).unwrap();
-    let cni = CniRuntime::with_executor([PLUGIN_DIR], ProcessExec::in_netns(s.host.path()));
+    let cni = CniRuntime::with_executor([REFERENCE_PLUGIN_DIR], ProcessExec::in_netns(s.host.path()));
     let err = Executor::new(&cni, &NoRouteEditor)
         .add(&s.request, &plans)
         .unwrap_err();

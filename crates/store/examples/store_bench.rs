@@ -29,35 +29,37 @@ fn reservation(worker: usize, i: usize) -> Object {
 
 /// Creates from `threads` tasks on a runtime with as many workers; returns ops/s.
 fn in_process(store: Arc<dyn Store>, threads: usize, ops: usize) -> f64 {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    runtime.block_on(async move {
-        let started = Instant::now();
-        let tasks: Vec<_> = (0..threads)
-            .map(|worker| {
-                let store = store.clone();
-                tokio::spawn(async move {
-                    for i in 0..ops {
-                        store
-                            .create(&reservations(), reservation(worker, i))
-                            .await
-                            .expect("create");
-                    }
-                })
-            })
-            .collect();
-        for task in tasks {
-            task.await.expect("worker");
-        }
-        (threads * ops) as f64 / started.elapsed().as_secs_f64()
+    ops_per_second(store, threads, ops, |store, worker, i| async move {
+        store
+            .create(&reservations(), reservation(worker, i))
+            .await
+            .expect("create");
     })
 }
 
 /// Gets of the objects `in_process` created, from `threads` tasks; returns ops/s.
 fn reads(store: Arc<dyn Store>, threads: usize, ops: usize) -> f64 {
+    ops_per_second(store, threads, ops, |store, worker, i| async move {
+        let name = reservation(worker, i).metadata.name;
+        store
+            .get(&reservations(), None, &name)
+            .await
+            .expect("get")
+            .expect("present");
+    })
+}
+
+/// `op(store, worker, i)` for `i` in `0..ops` from `threads` tasks (one per `worker`) on a
+/// runtime with as many workers; returns ops/s.
+fn ops_per_second<F>(
+    store: Arc<dyn Store>,
+    threads: usize,
+    ops: usize,
+    op: impl Fn(Arc<dyn Store>, usize, usize) -> F + Copy + Send + 'static,
+) -> f64
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .enable_all()
@@ -70,12 +72,7 @@ fn reads(store: Arc<dyn Store>, threads: usize, ops: usize) -> f64 {
                 let store = store.clone();
                 tokio::spawn(async move {
                     for i in 0..ops {
-                        let name = reservation(worker, i).metadata.name;
-                        store
-                            .get(&reservations(), None, &name)
-                            .await
-                            .expect("get")
-                            .expect("present");
+                        op(store.clone(), worker, i).await;
                     }
                 })
             })

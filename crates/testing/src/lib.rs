@@ -53,6 +53,30 @@ pub fn can_run_root_test(name: &str) -> bool {
     true
 }
 
+/// Where the reference CNI plugins (containernetworking/plugins: bridge, host-local, macvlan...)
+/// are installed.
+pub const REFERENCE_PLUGIN_DIR: &str = "/usr/lib/cni";
+
+/// True when the reference CNI plugins are installed in [`REFERENCE_PLUGIN_DIR`]; otherwise
+/// says why test `name` skips (see [`skip`]).
+pub fn reference_plugins_or_skip(name: &str) -> bool {
+    std::path::Path::new(REFERENCE_PLUGIN_DIR).join("bridge").exists()
+        || skip(
+            name,
+            &format!("reference CNI plugins not installed in {REFERENCE_PLUGIN_DIR}"),
+        )
+}
+
+/// `<pid>-<n>`: unique within this machine's running tests, for names of links, bridges and
+/// directories a test creates.
+pub fn unique() -> String {
+    format!(
+        "{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
 /// Runs a command, panicking with its output when it fails.
 pub fn run(args: &[&str]) -> Output {
     let output = Command::new(args[0]).args(&args[1..]).output().unwrap();
@@ -87,11 +111,7 @@ pub struct Netns {
 impl Netns {
     /// Creates a fresh namespace with loopback up.
     pub fn new(tag: &str) -> Self {
-        let name = format!(
-            "wt-{tag}{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
+        let name = format!("wt-{tag}{}", unique());
         run(&["ip", "netns", "add", &name]);
         let netns = Self { name };
         netns.ip(&["link", "set", "lo", "up"]);

@@ -128,6 +128,31 @@ pub fn networks_annotation(
     })
 }
 
+/// [`networks_annotation`] for `networks` of `vmi` (its namespace, interfaces and the
+/// cluster's binding plugins).
+fn vmi_networks_annotation(
+    vmi: &VirtualMachineInstance,
+    networks: &[&Network],
+    names: &PodInterfaceNames,
+    config: &ClusterConfig,
+) -> Result<String, AnnotationError> {
+    networks_annotation(
+        vmi.namespace(),
+        vmi.spec.interfaces(),
+        networks,
+        names,
+        &config.binding_plugins,
+    )
+}
+
+/// Sets the networks annotation to `value`, unless there is nothing to request (KubeVirt
+/// leaves the annotation out then).
+fn insert_networks_annotation(annotations: &mut Annotations, value: String) {
+    if !value.is_empty() {
+        annotations.insert(NETWORKS_ANNOTATION.into(), value);
+    }
+}
+
 /// KubeVirt's `Generator.Generate`: the network annotations of a new launcher pod (hashed
 /// names; absent interfaces dropped; networks in interface order).
 pub fn network_annotations(
@@ -140,16 +165,10 @@ pub fn network_annotations(
     let mut annotations = Annotations::new();
     let owned: Vec<Network> = networks.iter().map(|n| (*n).clone()).collect();
     let names = hashed_scheme(&owned);
-    let value = networks_annotation(
-        vmi.namespace(),
-        interfaces,
-        &networks,
-        &names,
-        &config.binding_plugins,
-    )?;
-    if !value.is_empty() {
-        annotations.insert(NETWORKS_ANNOTATION.into(), value);
-    }
+    insert_networks_annotation(
+        &mut annotations,
+        vmi_networks_annotation(vmi, &networks, &names, config)?,
+    );
     if let Some(default) = networks
         .iter()
         .find_map(|n| n.multus.as_ref().filter(|m| m.default))
@@ -201,19 +220,12 @@ pub fn migration_target_annotations(
     }
     // KubeVirt passes every spec network, in spec order (absent ones included) and numbers
     // them over the same list.
-    let interfaces = vmi.spec.interfaces();
     let networks: Vec<&Network> = vmi.spec.networks.iter().collect();
     let names = scheme_names(NameScheme::Ordinal, &vmi.spec.networks);
-    let value = networks_annotation(
-        vmi.namespace(),
-        interfaces,
-        &networks,
-        &names,
-        &config.binding_plugins,
-    )?;
-    if !value.is_empty() {
-        annotations.insert(NETWORKS_ANNOTATION.into(), value);
-    }
+    insert_networks_annotation(
+        &mut annotations,
+        vmi_networks_annotation(vmi, &networks, &names, config)?,
+    );
     Ok(annotations)
 }
 
@@ -263,14 +275,7 @@ fn hotplug_networks_annotation(
     // order changes the `netN` a network gets.
     let owned: Vec<Network> = networks.iter().map(|n| (*n).clone()).collect();
     let names = scheme_from_network_statuses(&owned, statuses);
-    let value = networks_annotation(
-        vmi.namespace(),
-        interfaces,
-        &networks,
-        &names,
-        &config.binding_plugins,
-    )
-    .ok()?;
+    let value = vmi_networks_annotation(vmi, &networks, &names, config).ok()?;
     let current = pod_annotations
         .get(NETWORKS_ANNOTATION)
         .map(String::as_str)

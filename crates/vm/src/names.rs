@@ -55,31 +55,28 @@ pub fn is_ordinal_name(name: &str) -> bool {
 
 /// Names of every primary or secondary network under the hashed scheme.
 pub fn hashed_scheme(networks: &[Network]) -> PodInterfaceNames {
-    networks
-        .iter()
-        .filter_map(|net| {
-            if net.is_primary() {
-                Some((net.name.clone(), PRIMARY_POD_INTERFACE_NAME.to_string()))
-            } else if net.is_secondary() {
-                Some((net.name.clone(), hashed_pod_interface_name(&net.name)))
-            } else {
-                None
-            }
-        })
-        .collect()
+    scheme_with(networks, |net| hashed_pod_interface_name(&net.name))
 }
 
 /// Names of every primary or secondary network under the ordinal scheme.
 pub fn ordinal_scheme(networks: &[Network]) -> PodInterfaceNames {
     let mut index = 0;
+    scheme_with(networks, |_| {
+        index += 1;
+        format!("net{index}")
+    })
+}
+
+/// The primary network named [`PRIMARY_POD_INTERFACE_NAME`], each secondary one (in network
+/// order) `secondary`'s name for it; other networks none.
+fn scheme_with(networks: &[Network], mut secondary: impl FnMut(&Network) -> String) -> PodInterfaceNames {
     networks
         .iter()
         .filter_map(|net| {
             if net.is_primary() {
                 Some((net.name.clone(), PRIMARY_POD_INTERFACE_NAME.to_string()))
             } else if net.is_secondary() {
-                index += 1;
-                Some((net.name.clone(), format!("net{index}")))
+                Some((net.name.clone(), secondary(net)))
             } else {
                 None
             }

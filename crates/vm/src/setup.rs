@@ -24,13 +24,16 @@ pub fn networks_at_start(vmi: &VirtualMachineInstance) -> Vec<&Network> {
     vmi.spec
         .networks
         .iter()
-        .filter(|n| {
-            vmi.spec
-                .interfaces()
-                .iter()
-                .any(|i| i.name == n.name && !i.is_absent())
-        })
+        .filter(|n| has_interface(vmi, n, false))
         .collect()
+}
+
+/// Whether the spec has an interface for `network` that is (`absent`) or is not `state: absent`.
+fn has_interface(vmi: &VirtualMachineInstance, network: &Network, absent: bool) -> bool {
+    vmi.spec
+        .interfaces()
+        .iter()
+        .any(|i| i.name == network.name && i.is_absent() == absent)
 }
 
 /// Networks to wire on a migration target: all of them.
@@ -74,10 +77,7 @@ fn absent_networks(vmi: &VirtualMachineInstance, in_domain: bool) -> Vec<&Networ
         .networks
         .iter()
         .filter(|n| {
-            vmi.spec
-                .interfaces()
-                .iter()
-                .any(|i| i.name == n.name && i.is_absent())
+            has_interface(vmi, n, true)
                 && status
                     .iter()
                     .any(|s| s.name == n.name && infosource::contains(&s.info_source, DOMAIN) == in_domain)

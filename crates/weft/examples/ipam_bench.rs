@@ -29,8 +29,16 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use weft_testing::agent::AgentProcess;
 
-#[path = "ipam_bench/kube.rs"]
-mod kube;
+use bench_support::{arg, weft_binary};
+
+#[path = "bench_support/mod.rs"]
+mod bench_support;
+
+/// The variable naming a kubeconfig for the Kubernetes phase (the `weft-node` ServiceAccount's,
+/// on an API server with deploy/'s CRDs and RBAC): a `weft agent --kubeconfig` process serves
+/// the installed `weft-ipam` clients, which allocate in the API server (one IPReservation per
+/// address), as on a node of a real cluster. Without it the phase is not run.
+const KUBECONFIG_ENV: &str = "WEFT_BENCH_KUBECONFIG";
 
 /// The pool every plugin allocates from.
 const RANGE: &str = "10.77.0.0/24";
@@ -215,49 +223,6 @@ fn lone_latency(subject: &Subject, verb: &str, dir: &Path, n: usize) -> Duration
     samples[n / 2]
 }
 
-/// The weft binary: `$WEFT_BIN`, else `weft` next to this example's directory, built first
-/// when cargo started us (so a stale binary is never measured).
-fn weft_binary() -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os("WEFT_BIN") {
-        return Ok(PathBuf::from(path));
-    }
-    let exe = std::env::current_exe()?;
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .context("example is not under target/<profile>/examples")?;
-    if let Some(cargo) = std::env::var_os("CARGO") {
-        let release = profile_dir.file_name().is_some_and(|n| n == "release");
-        let mut build = Command::new(cargo);
-        build.args(["build", "-q", "-p", "weft", "--bin", "weft"]);
-        if release {
-            build.arg("--release");
-        }
-        let status = build.status().context("cargo build of the weft binary")?;
-        if !status.success() {
-            bail!("building the weft binary failed");
-        }
-    }
-    let weft = profile_dir.join("weft");
-    if !weft.exists() {
-        bail!(
-            "{} is missing: cargo build --release -p weft --bin weft",
-            weft.display()
-        );
-    }
-    Ok(weft)
-}
-
-fn arg(n: usize, default: usize) -> Result<usize> {
-    std::env::args()
-        .nth(n)
-        .map(|a| {
-            a.parse()
-                .with_context(|| format!("argument {n}: {a:?} is not a number"))
-        })
-        .unwrap_or(Ok(default))
-}
-
 /// Child mode: one ADD or DEL done the way the plugin does it (request parse, runtime start,
 /// store open, `weft_ipam::handle`), timed step by step; prints the microseconds of each step
 /// (the store opened with one connection, as the plugin opens it) and exits.
@@ -399,7 +364,7 @@ fn main() -> Result<()> {
         );
     }
 
-    if let Some(kubeconfig) = std::env::var_os(kube::KUBECONFIG_ENV) {
+    if let Some(kubeconfig) = std::env::var_os(KUBECONFIG_ENV) {
         kube_phase(Path::new(&kubeconfig), &weft_ipam, workers, tmp.path())?;
     }
     println!(
@@ -562,7 +527,8 @@ fn main() -> Result<()> {
 /// concurrent processes on one pool, through a `weft agent --kubeconfig`.
 fn kube_phase(kubeconfig: &Path, weft_ipam: &Path, workers: usize, tmp: &Path) -> Result<()> {
     let dir = tmp.join("kube");
-    let agent = kube::KubeAgent::start(&weft_binary()?, kubeconfig, &dir.join("weft-agent"))?;
+    let agent =
+        AgentProcess::start_on_api_server(&weft_binary()?, kubeconfig, &dir.join("weft-agent"), "bench")?;
     let subject = Subject {
         name: "weft-ipam on Kubernetes",
         program: weft_ipam.to_path_buf(),

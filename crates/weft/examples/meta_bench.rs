@@ -44,8 +44,12 @@ const RSS_SECONDARIES: u32 = 2;
 const BURST_WORKERS: usize = 8;
 const NAMESPACE: &str = "default";
 
+use bench_support::{arg, weft_binary};
+
 #[path = "meta_bench/add_del.rs"]
 mod add_del;
+#[path = "bench_support/mod.rs"]
+mod bench_support;
 #[path = "meta_bench/concurrent.rs"]
 mod concurrent;
 #[path = "meta_bench/kube.rs"]
@@ -186,40 +190,6 @@ fn rss_kib(pid: u32) -> Result<(u64, u64)> {
 
 fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
-}
-
-/// The weft binary: `$WEFT_BIN`, else `weft` next to this example's directory, built first
-/// when cargo started us (so a stale binary is never measured).
-fn weft_binary() -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os("WEFT_BIN") {
-        return Ok(PathBuf::from(path));
-    }
-    let exe = std::env::current_exe()?;
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .context("example is not under target/<profile>/examples")?;
-    if let Some(cargo) = std::env::var_os("CARGO") {
-        let mut build = Command::new(cargo);
-        build.args(["build", "-q", "-p", "weft", "--bin", "weft"]);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        ensure!(
-            build.status().context("cargo build")?.success(),
-            "building the weft binary failed"
-        );
-    }
-    let weft = profile_dir.join("weft");
-    ensure!(weft.exists(), "{} is missing", weft.display());
-    Ok(weft)
-}
-
-fn arg(n: usize, default: usize) -> Result<usize> {
-    std::env::args().nth(n).map_or(Ok(default), |a| {
-        a.parse()
-            .with_context(|| format!("argument {n}: {a:?} is not a number"))
-    })
 }
 
 /// GET over the agent's Unix socket; returns the body.

@@ -109,8 +109,26 @@ fn findings(cluster: &RealCluster, logs: &[(&str, String)]) -> Vec<String> {
 
 /// No 403/422 for weft's components and no repeated warning.
 fn assert_clean(cluster: &RealCluster, logs: &[(&str, String)]) {
-    let found = findings(cluster, logs);
+    assert_no_findings(&findings(cluster, logs));
+}
+
+fn assert_no_findings(found: &[String]) {
     assert!(found.is_empty(), "findings on the real API server: {found:#?}");
+}
+
+/// The cluster for test `test`, or `None` (having said why) without a kube-apiserver.
+fn cluster_or_skip(test: &str) -> Option<RealCluster> {
+    apiserver_or_skip(test).map(|binary| RealCluster::start(&binary))
+}
+
+/// NAD `tenant`: a weft-ipam bridge network on `range` whose VMs keep their addresses
+/// (`allowPersistentIPs`).
+fn persistent_tenant_nad(range: &str) -> Value {
+    nad(
+        "tenant",
+        json!({"cniVersion": "1.0.0", "name": "tenant", "type": "bridge", "bridge": "br-ten",
+               "allowPersistentIPs": true, "ipam": {"type": "weft-ipam", "range": range}}),
+    )
 }
 
 /// The agent on a real API server: ADD/DEL of a pod with a host-local network and a weft-ipam
@@ -119,11 +137,11 @@ fn assert_clean(cluster: &RealCluster, logs: &[(&str, String)]) {
 #[test]
 #[ignore = "needs WEFT_KUBE_APISERVER"]
 fn real_apiserver_agent_adds_and_dels_host_local_and_weft_ipam_networks() {
-    let test = "real_apiserver_agent_adds_and_dels_host_local_and_weft_ipam_networks";
-    let Some(binary) = apiserver_or_skip(test) else {
+    let Some(mut cluster) =
+        cluster_or_skip("real_apiserver_agent_adds_and_dels_host_local_and_weft_ipam_networks")
+    else {
         return;
     };
-    let mut cluster = RealCluster::start(&binary);
     let node = Netns::new("ra-node");
     let hl_dir = tempfile::tempdir().unwrap();
     cluster.create(&nad(
@@ -191,16 +209,12 @@ fn real_apiserver_agent_adds_and_dels_host_local_and_weft_ipam_networks() {
 #[test]
 #[ignore = "needs WEFT_KUBE_APISERVER"]
 fn real_apiserver_controller_creates_ipamclaims_for_a_vm_with_persistent_ips() {
-    let test = "real_apiserver_controller_creates_ipamclaims_for_a_vm_with_persistent_ips";
-    let Some(binary) = apiserver_or_skip(test) else {
+    let Some(mut cluster) =
+        cluster_or_skip("real_apiserver_controller_creates_ipamclaims_for_a_vm_with_persistent_ips")
+    else {
         return;
     };
-    let mut cluster = RealCluster::start(&binary);
-    cluster.create(&nad(
-        "tenant",
-        json!({"cniVersion": "1.0.0", "name": "tenant", "type": "bridge", "bridge": "br-ten",
-               "allowPersistentIPs": true, "ipam": {"type": "weft-ipam", "range": "192.168.90.0/24"}}),
-    ));
+    cluster.create(&persistent_tenant_nad("192.168.90.0/24"));
     let controller = RealController::start(&cluster);
     // Idle with no VM: only watches (target 0 other requests).
     let settle = cluster.audit_mark();
@@ -291,7 +305,7 @@ fn real_apiserver_controller_creates_ipamclaims_for_a_vm_with_persistent_ips() {
             idle_calls.len()
         ));
     }
-    assert!(found.is_empty(), "findings on the real API server: {found:#?}");
+    assert_no_findings(&found);
 }
 
 /// A VirtualMachine as a user writes it: pod network + secondary `data` on NAD `tenant`.
@@ -333,16 +347,12 @@ fn launcher_pod(cluster: &RealCluster, name: &str, vm: &str, node: &str) -> Valu
 #[test]
 #[ignore = "needs WEFT_KUBE_APISERVER"]
 fn real_apiserver_kubevirt_launcher_pod_keeps_its_ip_across_stop_start_and_a_node_move() {
-    let test = "real_apiserver_kubevirt_launcher_pod_keeps_its_ip_across_stop_start_and_a_node_move";
-    let Some(binary) = apiserver_or_skip(test) else {
+    let Some(mut cluster) = cluster_or_skip(
+        "real_apiserver_kubevirt_launcher_pod_keeps_its_ip_across_stop_start_and_a_node_move",
+    ) else {
         return;
     };
-    let mut cluster = RealCluster::start(&binary);
-    cluster.create(&nad(
-        "tenant",
-        json!({"cniVersion": "1.0.0", "name": "tenant", "type": "bridge", "bridge": "br-ten",
-               "allowPersistentIPs": true, "ipam": {"type": "weft-ipam", "range": "192.168.91.0/24"}}),
-    ));
+    cluster.create(&persistent_tenant_nad("192.168.91.0/24"));
     let (n1, n2) = (Netns::new("ral-n1"), Netns::new("ral-n2"));
     let controller = RealController::start(&cluster);
     let agent1 = RealAgent::start(&n1, "n1", &cluster, "10.252.1.0/24");
@@ -440,7 +450,7 @@ fn real_apiserver_kubevirt_launcher_pod_keeps_its_ip_across_stop_start_and_a_nod
             ("agent n2", agent2.log()),
         ],
     ));
-    assert!(found.is_empty(), "findings on the real API server: {found:#?}");
+    assert_no_findings(&found);
 }
 
 /// The API server down during a DEL of a pod with a weft-ipam network: DEL succeeds, the release
@@ -450,11 +460,11 @@ fn real_apiserver_kubevirt_launcher_pod_keeps_its_ip_across_stop_start_and_a_nod
 #[test]
 #[ignore = "needs WEFT_KUBE_APISERVER"]
 fn real_apiserver_weft_ipam_release_during_an_outage_is_journaled_and_replayed() {
-    let test = "real_apiserver_weft_ipam_release_during_an_outage_is_journaled_and_replayed";
-    let Some(binary) = apiserver_or_skip(test) else {
+    let Some(mut cluster) =
+        cluster_or_skip("real_apiserver_weft_ipam_release_during_an_outage_is_journaled_and_replayed")
+    else {
         return;
     };
-    let mut cluster = RealCluster::start(&binary);
     cluster.create(&nad(
         "tenant",
         json!({"cniVersion": "1.0.0", "type": "bridge", "bridge": "br-jrn",

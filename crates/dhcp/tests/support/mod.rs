@@ -49,6 +49,12 @@ pub fn client_socket_v6(ifname: &str) -> (UdpSocket, u32) {
     (socket.into(), weft_dhcp::tap::ifindex(ifname).unwrap())
 }
 
+/// Sends `message` from a client socket to the DHCPv6 servers on the link of index `scope`.
+pub fn send_to_servers(socket: &UdpSocket, scope: u32, message: &dhcproto::v6::Message) {
+    let servers = SocketAddrV6::new(v6::ALL_SERVERS, v6::SERVER_PORT, 0, scope);
+    socket.send_to(&v6::encode(message).unwrap(), servers).unwrap();
+}
+
 /// Waits (bounded, 10 s) until `ifname` in `netns` has a usable (not tentative) link-local
 /// address.
 pub fn wait_for_link_local(netns: &Netns, ifname: &str) {

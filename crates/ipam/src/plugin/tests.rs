@@ -57,6 +57,30 @@ async fn put_pod(store: &Arc<dyn Store>, name: &str, claim: &str) {
     store.create(&pod_type(), pod).await.unwrap();
 }
 
+/// The IPAMClaims of namespace `ns`.
+fn claims(store: &Arc<dyn Store>) -> Api<IpamClaim> {
+    Api::namespaced(store.clone(), "ns")
+}
+
+/// Creates IPAMClaim `ns/name` for network `network` (no interface named yet).
+async fn create_claim(store: &Arc<dyn Store>, name: &str, network: &str) -> IpamClaim {
+    claims(store)
+        .create(&IpamClaim::new("ns", name, network, ""))
+        .await
+        .unwrap()
+}
+
+/// The first status condition of claim `name`.
+async fn first_condition(claims: &Api<IpamClaim>, name: &str) -> crate::claim::Condition {
+    claims
+        .get_required(name)
+        .await
+        .unwrap()
+        .status
+        .conditions
+        .remove(0)
+}
+
 #[tokio::test]
 async fn add_check_del_round_trip() {
     let store = MemoryStore::shared();
@@ -168,11 +192,8 @@ async fn gc_keeps_valid_and_claimed_attachments() {
 async fn claim_lifecycle_add_del_keeps_second_pod_and_migration_share_release_frees() {
     let store = MemoryStore::shared();
     let conf = netconf(json!({"allowPersistentIPs": true}));
-    let claims: Api<IpamClaim> = Api::namespaced(store.clone(), "ns");
-    claims
-        .create(&IpamClaim::new("ns", "vm1.blue", "blue", ""))
-        .await
-        .unwrap();
+    let claims = claims(&store);
+    create_claim(&store, "vm1.blue", "blue").await;
     put_pod(&store, "launcher-a", "vm1.blue").await;
     put_pod(&store, "launcher-b", "vm1.blue").await;
     put_pod(&store, "other", "").await;
@@ -245,11 +266,8 @@ async fn claim_errors_are_clear() {
     let err = add(&store, "c", "p", &conf).await.unwrap_err();
     assert!(err.msg.contains("IPAMClaim ns/nope"), "{}", err.msg);
 
-    let claims: Api<IpamClaim> = Api::namespaced(store.clone(), "ns");
-    claims
-        .create(&IpamClaim::new("ns", "full", "blue", ""))
-        .await
-        .unwrap();
+    let claims = claims(&store);
+    create_claim(&store, "full", "blue").await;
     put_pod(&store, "q", "full").await;
     put_pod(&store, "pa", "").await;
     put_pod(&store, "pb", "").await;
@@ -263,10 +281,7 @@ async fn claim_errors_are_clear() {
     assert_eq!(claim.status.conditions[0].reason, reasons::SUBNET_EXHAUSTED);
     assert!(claim.status.ips.is_empty());
 
-    claims
-        .create(&IpamClaim::new("ns", "red", "red", ""))
-        .await
-        .unwrap();
+    create_claim(&store, "red", "red").await;
     put_pod(&store, "r", "red").await;
     let err = add(&store, "c", "r", &conf).await.unwrap_err();
     assert!(err.msg.contains("is for network \"red\""), "{}", err.msg);
@@ -297,23 +312,14 @@ async fn claimed_address_held_by_someone_else_is_an_ip_address_conflict() {
     add(&store, "cs", "squatter", &wants).await.unwrap();
 
     // A claim restored with status.ips (e.g. after the store was rebuilt) whose address is taken.
-    let claims: Api<IpamClaim> = Api::namespaced(store.clone(), "ns");
-    let mut claim = claims
-        .create(&IpamClaim::new("ns", "vm2.blue", "blue", ""))
-        .await
-        .unwrap();
+    let claims = claims(&store);
+    let mut claim = create_claim(&store, "vm2.blue", "blue").await;
     claim.status.ips = vec!["10.10.0.77/24".into()];
     claims.replace_status(&claim).await.unwrap();
     put_pod(&store, "launcher", "vm2.blue").await;
     let err = add(&store, "cl", "launcher", &conf).await.unwrap_err();
     assert_eq!(err.code, codes::ADDRESS_TAKEN);
-    let cond = claims
-        .get_required("vm2.blue")
-        .await
-        .unwrap()
-        .status
-        .conditions
-        .remove(0);
+    let cond = first_condition(&claims, "vm2.blue").await;
     assert_eq!(
         (cond.status.as_str(), cond.reason.as_str()),
         ("False", reasons::IP_ADDRESS_CONFLICT)
@@ -325,13 +331,7 @@ async fn claimed_address_held_by_someone_else_is_an_ip_address_conflict() {
         .unwrap();
     let r = add(&store, "cl", "launcher", &conf).await.unwrap();
     assert_eq!(r.ips[0].address.to_string(), "10.10.0.77/24");
-    let cond = claims
-        .get_required("vm2.blue")
-        .await
-        .unwrap()
-        .status
-        .conditions
-        .remove(0);
+    let cond = first_condition(&claims, "vm2.blue").await;
     assert_eq!(cond.reason, reasons::SUCCESSFUL_ALLOCATION);
 }
 
@@ -347,10 +347,7 @@ async fn store_writes_per_add_are_one_per_range_plus_one_claim_status() {
     };
     let conf = netconf(json!({"allowPersistentIPs": true}));
     put_pod(&store, "plain", "").await;
-    Api::<IpamClaim>::namespaced(store.clone(), "ns")
-        .create(&IpamClaim::new("ns", "vm.blue", "blue", ""))
-        .await
-        .unwrap();
+    create_claim(&store, "vm.blue", "blue").await;
     put_pod(&store, "launcher", "vm.blue").await;
     counting.take_calls();
 

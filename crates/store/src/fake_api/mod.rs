@@ -444,31 +444,27 @@ impl FakeApiServer {
 
     /// A kube-rs client talking to this server (needs a Tokio runtime).
     pub fn client(&self) -> Client {
-        let server = self.clone();
-        let service = tower::service_fn(move |request: Request<Body>| {
-            let server = server.clone();
-            async move {
-                if *server.faults.down.borrow() {
-                    return Err(tower::BoxError::from(
-                        "connection refused: the API server is down",
-                    ));
-                }
-                Ok(server.handle(request).await)
-            }
-        });
-        Client::new(service, "default")
+        self.client_with(None)
     }
 
     /// A kube-rs client presenting bearer `token` (see [`FakeApiServer::grant`]).
     pub fn client_as(&self, token: &str) -> Client {
-        let server = self.clone();
         let bearer =
             http::HeaderValue::from_str(&format!("Bearer {token}")).expect("a token fit for a header");
+        self.client_with(Some(bearer))
+    }
+
+    /// A kube-rs client sending `authorization` (if any) with every request; it cannot connect
+    /// while the server is down.
+    fn client_with(&self, authorization: Option<http::HeaderValue>) -> Client {
+        let server = self.clone();
         let service = tower::service_fn(move |mut request: Request<Body>| {
             let server = server.clone();
-            request
-                .headers_mut()
-                .insert(http::header::AUTHORIZATION, bearer.clone());
+            if let Some(value) = &authorization {
+                request
+                    .headers_mut()
+                    .insert(http::header::AUTHORIZATION, value.clone());
+            }
             async move {
                 if *server.faults.down.borrow() {
                     return Err(tower::BoxError::from(

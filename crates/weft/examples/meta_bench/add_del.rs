@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
 use weft_cni::runtime::exec::ProcessExec;
-use weft_cni::{CniArgs, CniResult, CniRuntime, Delegate, RuntimeConf};
+use weft_cni::{CniResult, CniRuntime, Delegate};
+use weft_meta::executor::runtime_conf;
 use weft_meta::{AttachmentRequest, DelegatePlan};
 
 use crate::world::World;
@@ -18,23 +19,23 @@ struct Timing {
     master: Option<Duration>,
 }
 
+/// The delegates of `plans`, parsed.
+fn delegates_of(plans: &[DelegatePlan]) -> Result<Vec<Delegate>> {
+    let delegates = plans
+        .iter()
+        .map(|p| Delegate::from_bytes(p.config.text().as_bytes()))
+        .collect::<Result<_, _>>()?;
+    Ok(delegates)
+}
+
 /// ADD then DEL of the delegates one by one, as a runtime would without a meta-plugin.
 fn direct_add_del(
     cni: &CniRuntime<ProcessExec>,
     request: &AttachmentRequest,
     plans: &[DelegatePlan],
 ) -> Result<Timing> {
-    let conf = |plan: &DelegatePlan| RuntimeConf {
-        container_id: request.container_id.clone(),
-        netns: request.netns.clone(),
-        ifname: plan.ifname.clone(),
-        args: CniArgs::from_pairs(plan.cni_args.clone()),
-        capability_args: Default::default(),
-    };
-    let delegates: Vec<Delegate> = plans
-        .iter()
-        .map(|p| Delegate::from_bytes(p.config.text().as_bytes()))
-        .collect::<Result<_, _>>()?;
+    let conf = |plan: &DelegatePlan| runtime_conf(request, plan, plan.cni_args.clone());
+    let delegates = delegates_of(plans)?;
     let started = Instant::now();
     let mut master = None;
     let mut results: Vec<CniResult> = Vec::new();
@@ -62,18 +63,9 @@ pub fn direct_add_del_at(
     plans: &[DelegatePlan],
     barrier: &std::sync::Barrier,
 ) -> Result<(Instant, Instant)> {
-    let conf = |plan: &DelegatePlan| RuntimeConf {
-        container_id: request.container_id.clone(),
-        netns: request.netns.clone(),
-        ifname: plan.ifname.clone(),
-        args: CniArgs::from_pairs(plan.cni_args.clone()),
-        capability_args: Default::default(),
-    };
+    let conf = |plan: &DelegatePlan| runtime_conf(request, plan, plan.cni_args.clone());
     let add = || -> Result<(Vec<Delegate>, Vec<CniResult>)> {
-        let delegates: Vec<Delegate> = plans
-            .iter()
-            .map(|p| Delegate::from_bytes(p.config.text().as_bytes()))
-            .collect::<Result<_, _>>()?;
+        let delegates = delegates_of(plans)?;
         let mut results = Vec::new();
         for (d, p) in delegates.iter().zip(plans) {
             results.push(d.add(cni, &conf(p))?);

@@ -1,38 +1,15 @@
 //! Part 2: the shim's exec + round trip alone, against exec of a static no-op binary.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Result, ensure};
 use base64::Engine;
 use serde_json::{Value, json};
 
-use crate::world::World;
+use crate::world::{World, exec_wall};
 use crate::{Agent, BUSYBOX, Netns, agent_mean_ms, agent_time, http, mean_ms, median_p90};
-
-fn exec_wall(
-    program: &Path,
-    args: &[&str],
-    env: &BTreeMap<String, String>,
-    stdin: &[u8],
-) -> Result<(Duration, Output)> {
-    let started = Instant::now();
-    let mut child = Command::new(program)
-        .args(args)
-        .env_clear()
-        .envs(env)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    // busybox true does not read stdin; a broken pipe there is expected.
-    let _ = child.stdin.take().context("stdin")?.write_all(stdin);
-    let out = child.wait_with_output()?;
-    Ok((started.elapsed(), out))
-}
 
 /// The four subjects, interleaved.
 const SUBJECTS: [&str; 4] = [
@@ -65,7 +42,7 @@ pub fn run(world: &World, agent: &Agent, iterations: usize) -> Result<()> {
                 }
                 1 => {
                     let env = world.env("VERSION", "", "", "ghost");
-                    let (took, out) = exec_wall(&world.bin.join("weft-cni"), &[], &env, &agent.conf)?;
+                    let (took, out) = world.shim(agent, &env)?;
                     ensure!(
                         out.status.success(),
                         "VERSION: {}",

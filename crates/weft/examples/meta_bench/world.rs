@@ -247,17 +247,7 @@ impl World {
 
     /// Exec `weft-cni` as a runtime does; returns the wall time and the output.
     pub fn shim(&self, agent: &Agent, env: &BTreeMap<String, String>) -> Result<(Duration, Output)> {
-        let started = Instant::now();
-        let mut child = Command::new(self.bin.join("weft-cni"))
-            .env_clear()
-            .envs(env)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()?;
-        child.stdin.take().context("stdin")?.write_all(&agent.conf)?;
-        let out = child.wait_with_output()?;
-        Ok((started.elapsed(), out))
+        exec_wall(&self.bin.join("weft-cni"), &[], env, &agent.conf)
     }
 
     pub fn shim_ok(&self, agent: &Agent, env: &BTreeMap<String, String>) -> Result<Duration> {
@@ -305,4 +295,27 @@ impl World {
         let plans = plan_add(&config, &request, Some(&pod), &catalog)?;
         Ok((request, plans))
     }
+}
+
+/// Exec `program` with `args`, only `env` in its environment and `stdin` written to it;
+/// returns the wall time and the output.
+pub fn exec_wall(
+    program: &Path,
+    args: &[&str],
+    env: &BTreeMap<String, String>,
+    stdin: &[u8],
+) -> Result<(Duration, Output)> {
+    let started = Instant::now();
+    let mut child = Command::new(program)
+        .args(args)
+        .env_clear()
+        .envs(env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    // busybox true does not read stdin; a broken pipe there is expected.
+    let _ = child.stdin.take().context("stdin")?.write_all(stdin);
+    let out = child.wait_with_output()?;
+    Ok((started.elapsed(), out))
 }
