@@ -172,6 +172,7 @@ pub async fn run(
             every: RESYNC,
             keys: Box::new(move || attached_pods(&for_resync)),
         }],
+        on_idle: None,
     };
     reconcile::run(
         changes,
