@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use tokio::sync::watch;
 
+use crate::cache_entry::CacheEntry;
 use crate::throttle::{Decision, LogThrottle};
 use crate::{ListOptions, Object, ObjectList, ResourceType, Store, StoreError, WatchEvent, WatchStream};
 
@@ -28,7 +29,7 @@ const MISSING_MAX: Duration = Duration::from_secs(60);
 
 #[derive(Default)]
 struct Shelf {
-    objects: BTreeMap<Key, Object>,
+    objects: BTreeMap<Key, CacheEntry>,
     resource_version: String,
     /// The API does not serve the kind (list answered 404): reads answer NotFound from here.
     missing: bool,
@@ -48,6 +49,9 @@ pub struct Projection {
     /// server-kept fields go, e.g. managedFields). When `false`, updates of the kind through
     /// the cache are refused: a read-modify-write of a projected copy would erase the rest.
     pub writable: bool,
+    /// Hold the objects as their compact JSON text (parsed on each read): for kinds cached by
+    /// the ten thousand and read a few at a time (see `cache_entry`).
+    pub packed: bool,
 }
 
 impl Projection {
@@ -55,6 +59,7 @@ impl Projection {
     pub const WITHOUT_MANAGED_FIELDS: Projection = Projection {
         project: strip_managed_fields,
         writable: true,
+        packed: false,
     };
 }
 
@@ -77,19 +82,6 @@ fn key_of(obj: &Object) -> Key {
         obj.metadata.namespace.clone().unwrap_or_default(),
         obj.metadata.name.clone(),
     )
-}
-
-fn newer(a: &Object, b: &Object) -> bool {
-    let rv = |o: &Object| {
-        o.metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse::<u64>().ok())
-    };
-    match (rv(a), rv(b)) {
-        (Some(a), Some(b)) => a >= b,
-        _ => true,
-    }
 }
 
 impl CachedStore {
@@ -147,6 +139,7 @@ impl CachedStore {
                 tx,
                 changes.clone(),
                 projections.get(&ty).map(|p| p.project),
+                projections.get(&ty).is_some_and(|p| p.packed),
             ));
             shelves.insert(ty.clone(), shelf);
             synced.insert(ty, rx);
@@ -185,9 +178,9 @@ impl CachedStore {
         let shelf = shelf.read().unwrap_or_else(|e| e.into_inner());
         shelf
             .objects
-            .values()
-            .filter(|o| namespace.is_none_or(|ns| o.metadata.namespace.as_deref() == Some(ns)))
-            .cloned()
+            .iter()
+            .filter(|((ns, _), _)| namespace.is_none_or(|want| ns == want))
+            .filter_map(|(_, entry)| entry.object().ok())
             .collect()
     }
 
@@ -201,7 +194,7 @@ impl CachedStore {
         shelf
             .objects
             .iter()
-            .filter(|(_, o)| filter(o))
+            .filter(|(_, entry)| entry.object().is_ok_and(|o| filter(&o)))
             .map(|(key, _)| key.clone())
             .collect()
     }
@@ -222,12 +215,19 @@ impl CachedStore {
         if let Some(shelf) = self.shelves.get(ty) {
             let mut shelf = shelf.write().unwrap_or_else(|e| e.into_inner());
             let key = key_of(obj);
-            if shelf.objects.get(&key).is_none_or(|old| newer(obj, old)) {
+            if shelf
+                .objects
+                .get(&key)
+                .is_none_or(|old| old.is_not_newer_than(obj))
+            {
                 let mut obj = obj.clone();
-                if let Some(p) = self.projections.get(ty) {
+                let projection = self.projections.get(ty);
+                if let Some(p) = projection {
                     (p.project)(&mut obj);
                 }
-                shelf.objects.insert(key, obj);
+                shelf
+                    .objects
+                    .insert(key, CacheEntry::new(obj, projection.is_some_and(|p| p.packed)));
             }
         }
     }
@@ -305,26 +305,44 @@ fn report(changes: &Changes, ty: &ResourceType, event: WatchEvent) {
 
 /// Replace the shelf's objects with a fresh list (taken, not copied), reporting what changed
 /// since the last one.
-fn restock(shelf: &RwLock<Shelf>, ty: &ResourceType, list: ObjectList, changes: &Changes) {
+fn restock(shelf: &RwLock<Shelf>, ty: &ResourceType, list: ObjectList, changes: &Changes, packed: bool) {
     let mut shelf = shelf.write().unwrap_or_else(|e| e.into_inner());
-    let fresh: BTreeMap<Key, Object> = list.items.into_iter().map(|o| (key_of(&o), o)).collect();
+    // Each listed object is cached, then moved (not copied) into its change: at 10,000 objects
+    // a copy per object for the changes doubled the peak of the first list.
+    let mut fresh: BTreeMap<Key, Object> = list.items.into_iter().map(|o| (key_of(&o), o)).collect();
     if changes.is_some() {
         for (key, old) in &shelf.objects {
-            if !fresh.contains_key(key) {
-                report(changes, ty, WatchEvent::Deleted(old.clone()));
-            }
-        }
-        for (key, new) in &fresh {
-            match shelf.objects.get(key) {
-                None => report(changes, ty, WatchEvent::Added(new.clone())),
-                Some(old) if old.metadata.resource_version != new.metadata.resource_version => {
-                    report(changes, ty, WatchEvent::Modified(new.clone()))
-                }
-                Some(_) => {}
+            if !fresh.contains_key(key)
+                && let Ok(old) = old.object()
+            {
+                report(changes, ty, WatchEvent::Deleted(old));
             }
         }
     }
-    shelf.objects = fresh;
+    let mut objects = BTreeMap::new();
+    while let Some((key, new)) = fresh.pop_first() {
+        let event = match shelf.objects.get(&key) {
+            _ if changes.is_none() => None,
+            None => Some(WatchEvent::Added as fn(Object) -> WatchEvent),
+            Some(old) if !old.same_version_as(&new) => Some(WatchEvent::Modified as fn(Object) -> WatchEvent),
+            Some(_) => None,
+        };
+        match event {
+            // Packed, the text is made first and the object itself goes to the change.
+            Some(event) if packed => {
+                objects.insert(key, CacheEntry::packed(&new));
+                report(changes, ty, event(new));
+            }
+            Some(event) => {
+                report(changes, ty, event(new.clone()));
+                objects.insert(key, CacheEntry::new(new, false));
+            }
+            None => {
+                objects.insert(key, CacheEntry::new(new, packed));
+            }
+        }
+    }
+    shelf.objects = objects;
     shelf.resource_version = list.resource_version;
     shelf.missing = false;
 }
@@ -337,6 +355,7 @@ async fn reflect(
     synced: watch::Sender<bool>,
     changes: Changes,
     project: Option<fn(&mut Object)>,
+    packed: bool,
 ) {
     // One throttle for the list and watch failures of this kind: an outage fails both.
     let mut failures = LogThrottle::default();
@@ -369,7 +388,9 @@ async fn reflect(
                 {
                     let mut shelf = shelf.write().unwrap_or_else(|e| e.into_inner());
                     for old in std::mem::take(&mut shelf.objects).into_values() {
-                        report(&changes, &ty, WatchEvent::Deleted(old));
+                        if let Ok(old) = old.object() {
+                            report(&changes, &ty, WatchEvent::Deleted(old));
+                        }
                     }
                     shelf.missing = true;
                 }
@@ -392,7 +413,7 @@ async fn reflect(
             tracing::info!(kind = %ty.kind, "{}.{} is served now", ty.plural, ty.group());
         }
         let resource_version = list.resource_version.clone();
-        restock(&shelf, &ty, list, &changes);
+        restock(&shelf, &ty, list, &changes, packed);
         let _ = synced.send(true);
         let mut stream = match inner.watch(&ty, None, &opts, Some(&resource_version)).await {
             Ok(stream) => stream,
@@ -420,8 +441,12 @@ async fn reflect(
                     shelf.resource_version = o.metadata.resource_version.clone().unwrap_or_default();
                     // A fresher copy (our own write, a read after a conflict) may be cached.
                     let key = key_of(o);
-                    if shelf.objects.get(&key).is_none_or(|cached| newer(o, cached)) {
-                        shelf.objects.insert(key, o.clone());
+                    if shelf
+                        .objects
+                        .get(&key)
+                        .is_none_or(|cached| cached.is_not_newer_than(o))
+                    {
+                        shelf.objects.insert(key, CacheEntry::of(o, packed));
                     }
                 }
                 WatchEvent::Deleted(o) => {
@@ -460,7 +485,7 @@ impl Store for CachedStore {
                 if shelf.missing {
                     return Err(not_served(ty));
                 }
-                Ok(shelf.objects.get(&key).cloned())
+                shelf.objects.get(&key).map(CacheEntry::object).transpose()
             }
             None => self.inner.get(ty, ns, name).await,
         }
@@ -478,14 +503,15 @@ impl Store for CachedStore {
                 if shelf.missing {
                     return Err(not_served(ty));
                 }
-                let items = shelf
-                    .objects
-                    .values()
-                    .filter(|o| {
-                        ns.is_none_or(|ns| o.metadata.namespace.as_deref() == Some(ns)) && opts.matches(o)
-                    })
-                    .cloned()
-                    .collect();
+                let mut items = Vec::new();
+                for ((namespace, _), entry) in &shelf.objects {
+                    if ns.is_none_or(|ns| namespace == ns) {
+                        let object = entry.object()?;
+                        if opts.matches(&object) {
+                            items.push(object);
+                        }
+                    }
+                }
                 Ok(ObjectList {
                     items,
                     resource_version: shelf.resource_version.clone(),

@@ -21,6 +21,7 @@
 //! server over any store, which counts requests).
 
 mod api;
+mod cache_entry;
 mod cached;
 #[cfg(feature = "testing")]
 pub mod conformance;

@@ -249,6 +249,9 @@ pub struct Config<K> {
     pub backoff: Backoff,
     /// Periodic resyncs (e.g. every key every 5 minutes; the IPAM sweep every 30 s).
     pub resyncs: Vec<Resync<K>>,
+    /// Called when the queue has run dry after work, with how many keys were reconciled since
+    /// the last call (the controller returns freed heap to the system there).
+    pub on_idle: Option<Box<dyn FnMut(usize) + Send>>,
 }
 
 /// Run the reconciler until `shutdown` completes: `map` turns each change into keys, the queue
@@ -271,6 +274,7 @@ pub async fn run<K, M, R, E>(
     let start = Instant::now();
     let mut next_resync: Vec<Instant> = config.resyncs.iter().map(|r| start + r.every).collect();
     let mut changes_open = true;
+    let mut reconciled_since_idle = 0usize;
     tokio::pin!(shutdown);
     loop {
         // Every change waiting is mapped before the next key is taken: a burst of changes of
@@ -291,6 +295,7 @@ pub async fn run<K, M, R, E>(
         }
         if let Some(key) = queue.pop_ready(now) {
             let label = key.to_string();
+            reconciled_since_idle += 1;
             let outcome = reconcile(key.clone()).await;
             let finished = Instant::now();
             match outcome {
@@ -308,6 +313,12 @@ pub async fn run<K, M, R, E>(
                 }
             }
             continue;
+        }
+        if reconciled_since_idle > 0 {
+            if let Some(on_idle) = config.on_idle.as_mut() {
+                on_idle(reconciled_since_idle);
+            }
+            reconciled_since_idle = 0;
         }
         let wake = [queue.next_due(), next_resync.iter().min().copied()]
             .into_iter()
@@ -532,6 +543,8 @@ mod tests {
         })
         .unwrap();
         let seen = runs.clone();
+        let idles: Arc<Mutex<Vec<usize>>> = Arc::default();
+        let idle_seen = idles.clone();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(run(
             rx,
@@ -551,6 +564,7 @@ mod tests {
                 name: "test",
                 backoff: Backoff::default(),
                 resyncs: vec![Resync::new(Duration::from_secs(30), || vec!["sweep".to_string()])],
+                on_idle: Some(Box::new(move |n| idle_seen.lock().unwrap().push(n))),
             },
             async {
                 let _ = stop_rx.await;
@@ -578,5 +592,9 @@ mod tests {
             bad[8] >= Duration::from_secs(51) && bad[8] < Duration::from_secs(52),
             "{bad:?}"
         );
+        // The first burst ("a" and "bad") is one idle report; every reconcile is reported once.
+        let idles = idles.lock().unwrap().clone();
+        assert_eq!(idles.first(), Some(&2), "{idles:?}");
+        assert_eq!(idles.iter().sum::<usize>(), runs.len(), "{idles:?} vs {runs:?}");
     }
 }

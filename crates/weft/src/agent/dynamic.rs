@@ -190,6 +190,7 @@ pub async fn run(
             let agent = for_resync.clone();
             Box::pin(async move { attached_pods(&agent).await })
         })],
+        on_idle: None,
     };
     reconcile::run(
         changes,

@@ -214,6 +214,9 @@ pub fn run() -> i32 {
         Err(e) => e.exit(),
     };
     init_logging(&cli.log, cli.log_file.as_deref());
+    if matches!(cli.command, Command::Controller { .. }) {
+        crate::controller::allocator::limit_arenas();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -83,12 +83,15 @@ pub fn for_roles(roles: Roles) -> HashMap<ResourceType, Projection> {
     .into_iter()
     .map(|ty| (ty, Projection::WITHOUT_MANAGED_FIELDS))
     .collect();
+    // Beside KubeVirt these three kinds are cached by the ten thousand and read one at a time
+    // (a change's VM, a claim's owner): held as compact JSON text (weft_store's `packed`).
     if !roles.kubevirt {
         projections.insert(
             VirtualMachine::resource_type(),
             Projection {
                 project: vm_for_claims,
                 writable: false,
+                packed: true,
             },
         );
         projections.insert(
@@ -96,6 +99,7 @@ pub fn for_roles(roles: Roles) -> HashMap<ResourceType, Projection> {
             Projection {
                 project: claim_for_owner,
                 writable: false,
+                packed: true,
             },
         );
         projections.insert(
@@ -103,6 +107,7 @@ pub fn for_roles(roles: Roles) -> HashMap<ResourceType, Projection> {
             Projection {
                 project: pod_for_sweep,
                 writable: false,
+                packed: true,
             },
         );
     }

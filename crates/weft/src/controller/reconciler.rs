@@ -285,6 +285,7 @@ pub async fn serve(
     let store: Arc<dyn Store> = cache.clone();
     let for_map = cache.clone();
     let for_resync = cache.clone();
+    let mut trim_policy = super::allocator::TrimPolicy::default();
     let config = reconcile::Config {
         name: "controller",
         backoff: options.backoff,
@@ -292,6 +293,13 @@ pub async fn serve(
             Resync::new(options.resync, move || all_keys(&for_resync)),
             Resync::new(options.ipam_sweep, || vec![Key::IpamSweep]),
         ],
+        // What a burst of reconciles freed (the initial LIST pages, the claims' POSTs and
+        // their watch events) goes back to the system once the queue is dry.
+        on_idle: Some(Box::new(move |reconciled| {
+            if trim_policy.on_idle(reconciled, std::time::Instant::now()) {
+                super::allocator::trim();
+            }
+        })),
     };
     reconcile::run(
         changes,
