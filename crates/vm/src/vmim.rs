@@ -9,7 +9,9 @@
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
-use crate::api::{MigrationState, VirtualMachineInstance, VirtualMachineInstanceMigration};
+use crate::api::{
+    Condition, MigrationState, MigrationStatus, VirtualMachineInstance, VirtualMachineInstanceMigration,
+};
 
 /// KubeVirt's `completionTimeoutPerGiB` default: a migration may run this long per GiB of
 /// guest memory before it is cancelled.
@@ -382,6 +384,63 @@ pub fn record_phase(status: &mut crate::api::MigrationStatus, phase: MigrationPh
     true
 }
 
+/// Record one pass on the migration object's status: the phase transitions to `phase`
+/// ([`record_phases`]), the `Failed` condition with `failure` as its message (once: a later
+/// reason does not replace the first), and `state` (the VMI's `migrationState`, when it is
+/// this migration's) as the status copy when it differs. Returns whether anything changed.
+pub fn record_migration(
+    status: &mut MigrationStatus,
+    phase: MigrationPhase,
+    failure: Option<&str>,
+    state: Option<&MigrationState>,
+    now: &str,
+) -> bool {
+    let mut changed = record_phases(status, phase, now);
+    if let Some(reason) = failure
+        && !status.conditions.iter().any(|c| c.type_ == "Failed")
+    {
+        status.conditions.push(Condition {
+            type_: "Failed".into(),
+            status: "True".into(),
+            reason: "MigrationFailed".into(),
+            message: reason.into(),
+            last_transition_time: Some(now.into()),
+            ..Default::default()
+        });
+        changed = true;
+    }
+    // No copy (the VMI's state is gone or another migration's): the last one stays.
+    if let Some(state) = state
+        && status.migration_state.as_ref() != Some(state)
+    {
+        status.migration_state = Some(state.clone());
+        changed = true;
+    }
+    changed
+}
+
+/// Mark `state` failed at `now` for `reason` (`failed`, `failureReason`, `endTimestamp`): the
+/// migration is over and the guest runs on at the source.
+pub fn fail_state(state: &mut MigrationState, reason: &str, now: &str) {
+    state.failed = true;
+    state.failure_reason = reason.into();
+    state.end_timestamp = Some(now.into());
+}
+
+/// Apply `change` to `vmi`'s `migrationState` when it is migration `uid`'s (another
+/// migration's state, or none, is left alone); returns whether the VMI changed.
+pub fn update_vmi_migration_state(
+    vmi: &mut VirtualMachineInstance,
+    uid: &str,
+    change: impl FnOnce(&mut MigrationState),
+) -> bool {
+    let Some(mut state) = vmi_migration_state(vmi).filter(|s| s.migration_uid == uid) else {
+        return false;
+    };
+    change(&mut state);
+    set_vmi_migration_state(vmi, &state)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -617,5 +676,90 @@ mod tests {
             json["phaseTransitionTimestamps"][1]["phaseTransitionTimestamp"],
             "t2"
         );
+    }
+
+    #[test]
+    fn a_pass_is_recorded_once() {
+        let state = MigrationState {
+            migration_uid: "u".into(),
+            ..Default::default()
+        };
+        let mut status = crate::api::MigrationStatus::default();
+        // Nothing new: no change.
+        assert!(record_migration(&mut status, Scheduling, None, None, "t0"));
+        assert!(!record_migration(&mut status, Scheduling, None, None, "t1"));
+        // The state is copied only when it differs.
+        assert!(record_migration(
+            &mut status,
+            Scheduling,
+            None,
+            Some(&state),
+            "t2"
+        ));
+        assert_eq!(status.migration_state.as_ref(), Some(&state));
+        assert!(!record_migration(
+            &mut status,
+            Scheduling,
+            None,
+            Some(&state),
+            "t3"
+        ));
+        // No state (gone, or another migration's): the copy stays.
+        assert!(!record_migration(&mut status, Scheduling, None, None, "t4"));
+        assert_eq!(status.migration_state.as_ref(), Some(&state));
+        let newer = MigrationState {
+            failed: true,
+            ..state.clone()
+        };
+        assert!(record_migration(
+            &mut status,
+            Scheduling,
+            None,
+            Some(&newer),
+            "t5"
+        ));
+        assert_eq!(status.migration_state.as_ref(), Some(&newer));
+        // Failed: the condition once, with the first reason.
+        assert!(record_migration(
+            &mut status,
+            Failed,
+            Some("boom"),
+            Some(&newer),
+            "t6"
+        ));
+        assert!(!record_migration(
+            &mut status,
+            Failed,
+            Some("again"),
+            Some(&newer),
+            "t7"
+        ));
+        let failed: Vec<_> = status.conditions.iter().filter(|c| c.type_ == "Failed").collect();
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0].message, "boom");
+        assert_eq!(failed[0].reason, "MigrationFailed");
+        assert_eq!(failed[0].status, "True");
+        assert_eq!(failed[0].last_transition_time, Some("t6".into()));
+        assert_eq!(status.phase, "Failed");
+    }
+
+    #[test]
+    fn only_the_migrations_own_state_is_updated() {
+        let mut vmi = VirtualMachineInstance::default();
+        assert!(!update_vmi_migration_state(&mut vmi, "u", |s| s.failed = true));
+        let state = MigrationState {
+            migration_uid: "u".into(),
+            ..Default::default()
+        };
+        assert!(set_vmi_migration_state(&mut vmi, &state));
+        assert!(!update_vmi_migration_state(&mut vmi, "other", |s| s.failed = true));
+        assert!(update_vmi_migration_state(&mut vmi, "u", |s| s.failed = true));
+        assert!(vmi_migration_state(&vmi).unwrap().failed);
+        assert!(!update_vmi_migration_state(&mut vmi, "u", |s| s.failed = true));
+        let mut state = MigrationState::default();
+        fail_state(&mut state, "boom", "t0");
+        assert!(state.failed && state.is_final());
+        assert_eq!(state.failure_reason, "boom");
+        assert_eq!(state.end_timestamp.as_deref(), Some("t0"));
     }
 }

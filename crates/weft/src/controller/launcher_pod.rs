@@ -1,11 +1,13 @@
 //! The virt-launcher pod of a VMI, as data: name, labels, annotations (from the vm crate's
-//! decisions), IPAM claim references, node choice.
+//! decisions), IPAM claim references, node choice, a migration's target pod.
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 use weft_store::{ObjectMeta, OwnerReference, Resource};
 use weft_vm::VirtualMachineInstance;
+use weft_vm::api::MigrationState;
+use weft_vm::vmim::{MIGRATION_JOB_LABEL, MODE_PRE_COPY};
 
 use crate::kinds::Pod;
 
@@ -114,6 +116,85 @@ pub fn render(vmi: &VirtualMachineInstance, node: &str, annotations: BTreeMap<St
     pod
 }
 
+/// Why a migration target cannot be planned.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TargetError {
+    /// The source pod does not run (nothing to migrate from).
+    #[error("the source pod {0} is not running")]
+    SourceNotRunning(String),
+    /// The migration pins a node that does not exist or is the source's.
+    #[error("no node {0} to migrate to (other than the source node)")]
+    NoPinnedNode(String),
+    /// The source's node is the only one.
+    #[error("no other node to migrate to")]
+    NoOtherNode,
+}
+
+/// A migration target: its launcher pod and the VMI's first `migrationState`.
+#[derive(Clone, Debug)]
+pub struct TargetPlan {
+    /// The target launcher pod.
+    pub pod: Pod,
+    /// The VMI's `migrationState` naming both sides.
+    pub state: MigrationState,
+}
+
+/// The target of migration `uid` of `vmi` running in `source`: the least loaded node other
+/// than the source's ([`choose_node`]; `pinned`, when the migration names one) among `nodes`,
+/// and a copy of the source pod there (same networks annotation and claims, so the target
+/// holds the VM's addresses too) labelled with the migration's uid, without the source's
+/// network-status and sandbox (the target's own CNI ADD writes them) or status.
+pub fn plan_target(
+    vmi: &VirtualMachineInstance,
+    uid: &str,
+    source: &Pod,
+    nodes: &[String],
+    pods_per_node: &BTreeMap<String, usize>,
+    pinned: Option<&str>,
+) -> Result<TargetPlan, TargetError> {
+    if source.status.phase != "Running" {
+        return Err(TargetError::SourceNotRunning(source.metadata.name.clone()));
+    }
+    let others: Vec<String> = nodes
+        .iter()
+        .filter(|n| **n != source.spec.node_name)
+        .cloned()
+        .collect();
+    let node = choose_node(&others, pods_per_node, pinned)
+        .ok_or_else(|| match pinned {
+            Some(node) => TargetError::NoPinnedNode(node.to_string()),
+            None => TargetError::NoOtherNode,
+        })?
+        .clone();
+    let suffix: String = uid.chars().filter(char::is_ascii_alphanumeric).take(5).collect();
+    let mut pod = source.clone();
+    pod.metadata = ObjectMeta {
+        name: format!("{}-t{suffix}", pod_name(vmi)),
+        namespace: Some(vmi.namespace().to_string()),
+        labels: source.metadata.labels.clone(),
+        annotations: source.metadata.annotations.clone(),
+        owner_references: source.metadata.owner_references.clone(),
+        ..Default::default()
+    };
+    pod.metadata.labels.insert(MIGRATION_JOB_LABEL.into(), uid.into());
+    pod.metadata
+        .annotations
+        .remove(weft_netconf::NETWORK_STATUS_ANNOTATION);
+    pod.metadata.annotations.remove(crate::claims::SANDBOX_ANNOTATION);
+    pod.status = Default::default();
+    pod.spec.node_name = node.clone();
+    let state = MigrationState {
+        migration_uid: uid.into(),
+        source_node: source.spec.node_name.clone(),
+        source_pod: source.metadata.name.clone(),
+        target_node: node,
+        target_pod: pod.metadata.name.clone(),
+        mode: MODE_PRE_COPY.into(),
+        ..Default::default()
+    };
+    Ok(TargetPlan { pod, state })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,6 +220,88 @@ mod tests {
         assert_eq!(choose_node(&nodes, &load, Some("node1")).unwrap(), "node1");
         assert_eq!(choose_node(&nodes, &load, Some("node9")), None);
         assert_eq!(choose_node(&[], &load, None), None);
+    }
+
+    fn source_pod() -> Pod {
+        let mut pod = Pod {
+            metadata: ObjectMeta::named(Some("ns"), "virt-launcher-vm1-abc12"),
+            ..Default::default()
+        };
+        pod.metadata
+            .labels
+            .insert("kubevirt.io".into(), "virt-launcher".into());
+        for (key, value) in [
+            ("k8s.v1.cni.cncf.io/networks", "[]"),
+            (weft_netconf::NETWORK_STATUS_ANNOTATION, "[]"),
+            (crate::claims::SANDBOX_ANNOTATION, "sb"),
+        ] {
+            pod.metadata.annotations.insert(key.into(), value.into());
+        }
+        pod.metadata.uid = Some("pod-uid".into());
+        pod.spec.node_name = "node1".into();
+        pod.status.phase = "Running".into();
+        pod
+    }
+
+    #[test]
+    fn a_migration_target_copies_the_source_pod_to_another_node() {
+        let mut vmi = VirtualMachineInstance {
+            metadata: ObjectMeta::named(Some("ns"), "vm1"),
+            ..Default::default()
+        };
+        vmi.metadata.uid = Some("abc12-345".into());
+        let source = source_pod();
+        let nodes: Vec<String> = ["node1", "node2", "node3"].map(String::from).into();
+        let mut load = BTreeMap::new();
+        load.insert("node2".to_string(), 3);
+        let plan = plan_target(&vmi, "m-ig-r8", &source, &nodes, &load, None).unwrap();
+        // Not the source's node even though it has fewer pods; then the least loaded.
+        assert_eq!(plan.pod.spec.node_name, "node3");
+        assert_eq!(plan.pod.metadata.name, "virt-launcher-vm1-abc12-tmigr8");
+        assert_eq!(plan.pod.metadata.namespace.as_deref(), Some("ns"));
+        assert_eq!(plan.pod.metadata.uid, None);
+        assert_eq!(plan.pod.metadata.label(MIGRATION_JOB_LABEL), Some("m-ig-r8"));
+        assert_eq!(plan.pod.metadata.label("kubevirt.io"), Some("virt-launcher"));
+        assert_eq!(
+            plan.pod.metadata.annotation("k8s.v1.cni.cncf.io/networks"),
+            Some("[]")
+        );
+        assert_eq!(
+            plan.pod
+                .metadata
+                .annotation(weft_netconf::NETWORK_STATUS_ANNOTATION),
+            None
+        );
+        assert_eq!(
+            plan.pod.metadata.annotation(crate::claims::SANDBOX_ANNOTATION),
+            None
+        );
+        assert_eq!(plan.pod.status.phase, "");
+        assert_eq!(plan.state.migration_uid, "m-ig-r8");
+        assert_eq!(plan.state.source_node, "node1");
+        assert_eq!(plan.state.source_pod, "virt-launcher-vm1-abc12");
+        assert_eq!(plan.state.target_node, "node3");
+        assert_eq!(plan.state.target_pod, plan.pod.metadata.name);
+        assert_eq!(plan.state.mode, MODE_PRE_COPY);
+        // Pinned.
+        let pinned = plan_target(&vmi, "u", &source, &nodes, &load, Some("node2")).unwrap();
+        assert_eq!(pinned.pod.spec.node_name, "node2");
+        assert_eq!(
+            plan_target(&vmi, "u", &source, &nodes, &load, Some("node1")).unwrap_err(),
+            TargetError::NoPinnedNode("node1".into())
+        );
+        assert_eq!(
+            plan_target(&vmi, "u", &source, &nodes[..1], &load, None).unwrap_err(),
+            TargetError::NoOtherNode
+        );
+        let mut stopped = source.clone();
+        stopped.status.phase = "Pending".into();
+        assert_eq!(
+            plan_target(&vmi, "u", &stopped, &nodes, &load, None)
+                .unwrap_err()
+                .to_string(),
+            "the source pod virt-launcher-vm1-abc12 is not running"
+        );
     }
 
     #[test]

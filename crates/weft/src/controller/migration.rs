@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use weft_store::{Api, ListOptions, Store};
-use weft_vm::api::{Condition, MigrationState};
+use weft_vm::api::MigrationState;
 use weft_vm::vmim::{self, MigrationObservation, MigrationPhase, OrphanedStateStep, TargetPod};
 use weft_vm::{VirtualMachineInstance, VirtualMachineInstanceMigration};
 
@@ -101,9 +101,7 @@ pub async fn step(
                 update_state(store, vmi, &state.migration_uid, |s| {
                     s.abort_requested = true;
                     s.abort_status = "Succeeded".into();
-                    s.failed = true;
-                    s.failure_reason = "aborted: the migration object was deleted".into();
-                    s.end_timestamp = Some(now.clone());
+                    vmim::fail_state(s, "aborted: the migration object was deleted", &now);
                 })
                 .await?;
                 if let Some(pod) = target {
@@ -174,9 +172,7 @@ pub async fn step(
                 s.abort_requested = true;
             }
             if fail {
-                s.failed = true;
-                s.failure_reason = reason.clone();
-                s.end_timestamp = Some(now.clone());
+                vmim::fail_state(s, &reason, &now);
             }
         })
         .await?;
@@ -220,33 +216,20 @@ async fn record(
         .filter(|s| s.migration_uid == uid);
     // A migration deleted meanwhile has nothing left to record.
     api.modify_status_if_exists(&vmim.metadata.name, |m| {
-        let status = m.status.get_or_insert_with(Default::default);
-        let mut changed = vmim::record_phases(status, decision.phase, now);
-        if let Some(reason) = &decision.reason
-            && !status.conditions.iter().any(|c| c.type_ == "Failed")
-        {
-            status.conditions.push(Condition {
-                type_: "Failed".into(),
-                status: "True".into(),
-                reason: "MigrationFailed".into(),
-                message: reason.clone(),
-                last_transition_time: Some(now.into()),
-                ..Default::default()
-            });
-            changed = true;
-        }
-        if copy.is_some() && status.migration_state != copy {
-            status.migration_state = copy.clone();
-            changed = true;
-        }
-        changed
+        vmim::record_migration(
+            m.status.get_or_insert_with(Default::default),
+            decision.phase,
+            decision.reason.as_deref(),
+            copy.as_ref(),
+            now,
+        )
     })
     .await?;
     Ok(())
 }
 
-/// Choose the target node, record the migration on the VMI, create the target pod (a copy of
-/// the source pod for the same VMI: same networks annotation and claims).
+/// Plan the target ([`launcher_pod::plan_target`]: node, pod, `migrationState`) from the nodes
+/// and their pods, record the migration on the VMI, create the target pod.
 async fn create_target(
     store: &Arc<dyn Store>,
     vmi: &VirtualMachineInstance,
@@ -256,17 +239,11 @@ async fn create_target(
     let ns = vmi.namespace().to_string();
     let uid = vmim.metadata.uid.clone().unwrap_or_default();
     let source = active_pod(pods).context("the VMI has no launcher pod")?;
-    anyhow::ensure!(
-        source.status.phase == "Running",
-        "the source pod {} is not running",
-        source.metadata.name
-    );
     let nodes: Vec<String> = Api::<Node>::all(store.clone())
         .list(&ListOptions::default())
         .await?
         .into_iter()
         .map(|n| n.metadata.name)
-        .filter(|n| *n != source.spec.node_name)
         .collect();
     let pinned = vmim::pinned_target_node(vmim);
     let mut load = BTreeMap::new();
@@ -276,42 +253,15 @@ async fn create_target(
     {
         *load.entry(pod.spec.node_name.clone()).or_insert(0usize) += 1;
     }
-    let node = launcher_pod::choose_node(&nodes, &load, pinned)
-        .with_context(|| match pinned {
-            Some(node) => format!("no node {node} to migrate to (other than the source node)"),
-            None => "no other node to migrate to".to_string(),
-        })?
-        .clone();
-    let suffix: String = uid.chars().filter(char::is_ascii_alphanumeric).take(5).collect();
-    let mut pod = source.clone();
-    pod.metadata = weft_store::ObjectMeta {
-        name: format!("{}-t{suffix}", launcher_pod::pod_name(vmi)),
-        namespace: Some(ns.clone()),
-        labels: source.metadata.labels.clone(),
-        annotations: source.metadata.annotations.clone(),
-        owner_references: source.metadata.owner_references.clone(),
-        ..Default::default()
-    };
-    pod.metadata.labels.insert(TARGET_LABEL.into(), uid.clone());
-    pod.metadata
-        .annotations
-        .remove(weft_netconf::NETWORK_STATUS_ANNOTATION);
-    pod.metadata.annotations.remove(crate::claims::SANDBOX_ANNOTATION);
-    pod.status = Default::default();
-    pod.spec.node_name = node.clone();
-    let state = MigrationState {
-        migration_uid: uid.clone(),
-        source_node: source.spec.node_name.clone(),
-        source_pod: source.metadata.name.clone(),
-        target_node: node,
-        target_pod: pod.metadata.name.clone(),
-        mode: vmim::MODE_PRE_COPY.into(),
-        ..Default::default()
-    };
+    let plan = launcher_pod::plan_target(vmi, &uid, source, &nodes, &load, pinned)?;
     Api::<VirtualMachineInstance>::namespaced(store.clone(), &ns)
-        .modify_status(&vmi.metadata.name, |v| vmim::set_vmi_migration_state(v, &state))
+        .modify_status(&vmi.metadata.name, |v| {
+            vmim::set_vmi_migration_state(v, &plan.state)
+        })
         .await?;
-    Api::<Pod>::namespaced(store.clone(), &ns).create(&pod).await?;
+    Api::<Pod>::namespaced(store.clone(), &ns)
+        .create(&plan.pod)
+        .await?;
     Ok(())
 }
 
@@ -373,11 +323,7 @@ async fn update_state(
 ) -> anyhow::Result<()> {
     Api::<VirtualMachineInstance>::namespaced(store.clone(), vmi.namespace())
         .modify_status(&vmi.metadata.name, |v| {
-            let Some(mut state) = vmim::vmi_migration_state(v).filter(|s| s.migration_uid == uid) else {
-                return false;
-            };
-            change(&mut state);
-            vmim::set_vmi_migration_state(v, &state)
+            vmim::update_vmi_migration_state(v, uid, &change)
         })
         .await?;
     Ok(())

@@ -412,16 +412,15 @@ async fn source_step(
     migration.source = None;
     migration.done.insert(uid.clone());
     let now = weft_store::now_rfc3339();
-    update_state(agent, &ns, &launcher.vmi, &uid, |s| {
-        s.end_timestamp = Some(now.clone());
-        match &outcome {
-            Outcome::Completed => s.completed = true,
-            Outcome::Failed { reason, aborted } => {
-                s.failed = true;
-                s.failure_reason = reason.clone();
-                if *aborted || s.abort_requested {
-                    s.abort_status = "Succeeded".into();
-                }
+    update_state(agent, &ns, &launcher.vmi, &uid, |s| match &outcome {
+        Outcome::Completed => {
+            s.completed = true;
+            s.end_timestamp = Some(now.clone());
+        }
+        Outcome::Failed { reason, aborted } => {
+            vmim::fail_state(s, reason, &now);
+            if *aborted || s.abort_requested {
+                s.abort_status = "Succeeded".into();
             }
         }
     })
@@ -528,13 +527,7 @@ async fn update_state(
     change: impl Fn(&mut MigrationState),
 ) -> anyhow::Result<()> {
     Api::<VirtualMachineInstance>::namespaced(agent.store.clone(), namespace)
-        .modify_status(vmi, |v| {
-            let Some(mut state) = vmim::vmi_migration_state(v).filter(|s| s.migration_uid == uid) else {
-                return false;
-            };
-            change(&mut state);
-            vmim::set_vmi_migration_state(v, &state)
-        })
+        .modify_status(vmi, |v| vmim::update_vmi_migration_state(v, uid, &change))
         .await?;
     Ok(())
 }
