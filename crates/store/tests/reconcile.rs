@@ -95,6 +95,7 @@ async fn a_missing_crd_is_served_as_soon_as_it_is_installed_and_idle_costs_no_re
             name: "test",
             backoff: Backoff::default(),
             resyncs: Vec::new(),
+            on_idle: None,
         },
         async {
             let _ = stop.await;

@@ -11,12 +11,15 @@ pub const DOMAIN_AND_GUEST_AGENT: &str = "domain, guest-agent";
 
 const SEPARATOR: &str = ", ";
 
+/// The entries of `info_source`: split on commas, spaces around entries ignored (a
+/// hand-written status may lack them), empty entries dropped. The one parser `add`, `remove`
+/// and `contains` share, so they agree on what is in the list.
 fn items(info_source: &str) -> Vec<&str> {
-    if info_source.is_empty() {
-        Vec::new()
-    } else {
-        info_source.split(SEPARATOR).collect()
-    }
+    info_source
+        .split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .collect()
 }
 
 /// `info_source` with `item` appended unless already present.
@@ -41,7 +44,7 @@ pub fn remove(info_source: &str, item: &str) -> String {
 /// entries ignored, as a hand-written status may lack them), never a substring of one
 /// (`guest-agent-foo` is not `guest-agent`).
 pub fn contains(info_source: &str, item: &str) -> bool {
-    info_source.split(',').any(|entry| entry.trim() == item)
+    items(info_source).contains(&item)
 }
 
 #[cfg(test)]
@@ -58,6 +61,12 @@ mod tests {
         assert!(!contains("domain, my-guest-agent", GUEST_AGENT));
         assert!(!contains("", GUEST_AGENT));
         assert_eq!(add(DOMAIN, GUEST_AGENT), DOMAIN_AND_GUEST_AGENT);
+        // add/remove read the list as contains does: no duplicate, nothing left behind.
+        assert_eq!(
+            add("domain,multus-status", MULTUS_STATUS),
+            "domain, multus-status"
+        );
+        assert_eq!(remove("domain,multus-status", MULTUS_STATUS), DOMAIN);
         assert_eq!(remove(DOMAIN_AND_GUEST_AGENT, DOMAIN), GUEST_AGENT);
     }
 }

@@ -65,7 +65,8 @@ pub async fn handle(agent: &Agent, request: CniRequest, single: bool) -> Result<
         match env.command {
             CniCommand::Del => {
                 let file = path.clone();
-                if !blocking(move || Path::new(&file).exists()).await? {
+                // DEL goes on whatever this check says (even if it could not run).
+                if !blocking(move || Path::new(&file).exists()).await.unwrap_or(false) {
                     tracing::warn!(%path, "readiness indicator file missing; DEL goes on");
                 }
             }
@@ -532,7 +533,7 @@ pub fn cached_records(cache_dir: &Path) -> Vec<CacheRecord> {
 }
 
 /// [`cached_records`] of the agent's cache dir, on the blocking pool.
-async fn cached_records_of(agent: &Agent) -> Result<Vec<CacheRecord>, CniError> {
+pub(super) async fn cached_records_of(agent: &Agent) -> Result<Vec<CacheRecord>, CniError> {
     let dir = agent.args.cache_dir.clone();
     blocking(move || cached_records(&dir)).await
 }

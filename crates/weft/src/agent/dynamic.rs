@@ -53,11 +53,10 @@ pub fn key_for(change: &Change) -> Option<PodKey> {
 /// The pods this node attached (from the attachment records: no store read), for the resync.
 /// The records are read on the blocking pool.
 async fn attached_pods(agent: &Agent) -> Vec<PodKey> {
-    let dir = agent.args.cache_dir.clone();
-    let records = match crate::sys::blocking(move || super::cni::cached_records(&dir)).await {
+    let records = match super::cni::cached_records_of(agent).await {
         Ok(records) => records,
         Err(e) => {
-            tracing::warn!("dynamic networks resync: {e:#}");
+            tracing::warn!("dynamic networks resync: {e}");
             return Vec::new();
         }
     };

@@ -225,6 +225,8 @@ async fn target_step(
         let (proxy, address) =
             crate::sys::blocking(move || listen_for_incoming(qmp.as_deref(), &incoming, here, source))
                 .await??;
+        // A previous migration's target (another uid) joins its relay threads when dropped.
+        end_target(migration).await;
         migration.target = Some(TargetSide {
             uid: uid.to_string(),
             proxy,
