@@ -12,7 +12,7 @@ use crate::{Object, StoreError};
 #[derive(Debug, Clone)]
 pub(crate) enum CacheEntry {
     /// The object as it came (the local cluster's roles, kinds read whole and often).
-    Whole(Object),
+    Whole(Box<Object>),
     /// The object's compact JSON text, with its resourceVersion kept aside for the
     /// freshness comparison every watch event makes.
     Packed {
@@ -37,7 +37,7 @@ impl CacheEntry {
         if packed {
             Self::packed(&object)
         } else {
-            CacheEntry::Whole(object)
+            CacheEntry::Whole(Box::new(object))
         }
     }
 
@@ -46,7 +46,7 @@ impl CacheEntry {
         if packed {
             Self::packed(object)
         } else {
-            CacheEntry::Whole(object.clone())
+            CacheEntry::Whole(Box::new(object.clone()))
         }
     }
 
@@ -58,14 +58,14 @@ impl CacheEntry {
                 resource_version: resource_version(object),
                 text: text.into_boxed_str(),
             },
-            Err(_) => CacheEntry::Whole(object.clone()),
+            Err(_) => CacheEntry::Whole(Box::new(object.clone())),
         }
     }
 
     /// The object (a copy; parsed from the text when packed).
     pub(crate) fn object(&self) -> Result<Object, StoreError> {
         match self {
-            CacheEntry::Whole(object) => Ok(object.clone()),
+            CacheEntry::Whole(object) => Ok(object.as_ref().clone()),
             CacheEntry::Packed { text, .. } => serde_json::from_str(text)
                 .map_err(|e| StoreError::Backend(format!("cached object does not parse back: {e}"))),
         }

@@ -138,8 +138,7 @@ impl CachedStore {
                 shelf.clone(),
                 tx,
                 changes.clone(),
-                projections.get(&ty).map(|p| p.project),
-                projections.get(&ty).is_some_and(|p| p.packed),
+                projections.get(&ty).copied(),
             ));
             shelves.insert(ty.clone(), shelf);
             synced.insert(ty, rx);
@@ -354,9 +353,10 @@ async fn reflect(
     shelf: Arc<RwLock<Shelf>>,
     synced: watch::Sender<bool>,
     changes: Changes,
-    project: Option<fn(&mut Object)>,
-    packed: bool,
+    projection: Option<Projection>,
 ) {
+    let project = projection.map(|p| p.project);
+    let packed = projection.is_some_and(|p| p.packed);
     // One throttle for the list and watch failures of this kind: an outage fails both.
     let mut failures = LogThrottle::default();
     let mut missing_pause: Option<Duration> = None;

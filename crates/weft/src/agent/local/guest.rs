@@ -114,13 +114,3 @@ pub fn boot(
     }
     Ok(guest)
 }
-
-/// Let go of the launcher's guest handle (one whose QEMU exited) off the async workers: the
-/// handle's drop reaps QEMU and removes its pid file and sockets.
-pub async fn drop_guest(state: &mut crate::agent::local::launcher::LauncherState) {
-    if let Some(guest) = state.guest.take()
-        && let Err(e) = crate::sys::blocking(move || drop(guest)).await
-    {
-        tracing::warn!(vmi = %state.vmi, "guest: {e:#}");
-    }
-}

@@ -112,7 +112,7 @@ pub async fn run(
             {
                 let reason = format!("the guest's QEMU exited ({how})");
                 tracing::warn!(pod = %run.name, "{reason}");
-                crate::agent::local::guest::drop_guest(state).await;
+                state.drop_guest().await;
                 // The VMI first: the controller leaves a Failed VMI alone, so the reason stays.
                 mark_vmi_failed(&agent, &run.namespace, &state.vmi.clone(), "GuestExited", &reason).await;
                 if let Ok(Some(pod)) = Api::<Pod>::namespaced(agent.store.clone(), &run.namespace)

@@ -515,6 +515,18 @@ fn apply_hotplug(
     Ok(changes)
 }
 
+impl LauncherState {
+    /// Let go of the guest handle (one whose QEMU exited) off the async workers: the handle's
+    /// drop reaps QEMU and removes its pid file and sockets.
+    pub async fn drop_guest(&mut self) {
+        if let Some(guest) = self.guest.take()
+            && let Err(e) = crate::sys::blocking(move || drop(guest)).await
+        {
+            tracing::warn!(vmi = %self.vmi, "guest: {e:#}");
+        }
+    }
+}
+
 /// The guest's check results as a compact JSON list (`weft_vm::status::GUEST_REPORT_ANNOTATION`).
 pub fn checks_summary(report: &weft_guest::GuestReport) -> String {
     let checks: Vec<serde_json::Value> = report

@@ -199,7 +199,7 @@ async fn target_step(
             }
             None => String::new(),
         };
-        crate::agent::local::guest::drop_guest(launcher).await;
+        launcher.drop_guest().await;
         end_target(migration).await;
         let reason = format!("the migration target's QEMU exited ({how}) {}", log.trim());
         tracing::warn!(pod = %pod.metadata.name, "{reason}");
