@@ -288,22 +288,29 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn reconcile_frees_leaks_in_the_store() {
-        use crate::allocator::{Holder, allocate, list_reservations};
+    /// A memory store with network `blue` and one reservation per `(container, pod, claim)`.
+    async fn blue_store_holding(holders: &[(&str, &str, Option<&str>)]) -> Arc<dyn Store> {
+        use crate::allocator::{Holder, allocate};
         let store = weft_store::MemoryStore::shared();
         let config = crate::parse_network_config(&serde_json::json!({"name": "blue",
             "ipam": {"type": "weft-ipam", "range": "10.0.0.0/24"}}))
         .unwrap();
-        for (c, p) in [("c1", "ns/gone"), ("c2", "ns/live")] {
+        for (container, pod, claim) in holders {
             let holder = Holder {
-                container_id: c.into(),
+                container_id: container.to_string(),
                 ifname: "net1".into(),
-                pod_ref: p.into(),
+                pod_ref: pod.to_string(),
                 ..Default::default()
             };
-            allocate(&store, &config, &holder, &[], None).await.unwrap();
+            allocate(&store, &config, &holder, &[], *claim).await.unwrap();
         }
+        store
+    }
+
+    #[tokio::test]
+    async fn reconcile_frees_leaks_in_the_store() {
+        use crate::allocator::list_reservations;
+        let store = blue_store_holding(&[("c1", "ns/gone", None), ("c2", "ns/live", None)]).await;
         let later = Timestamp::now() + jiff::SignedDuration::from_secs(120);
         let freed = reconcile(&store, &[pod("live", "", &["c2"])], later, GRACE)
             .await
@@ -326,46 +333,21 @@ mod tests {
     /// stays (whatever its pod), one whose claim is gone goes; a malformed reference names none.
     #[tokio::test]
     async fn reconcile_keeps_reservations_of_existing_claims_and_frees_those_of_gone_ones() {
-        use crate::allocator::{Holder, allocate, list_reservations};
-        let store = weft_store::MemoryStore::shared();
-        let config = crate::parse_network_config(&serde_json::json!({"name": "blue",
-            "ipam": {"type": "weft-ipam", "range": "10.0.0.0/24"}}))
-        .unwrap();
+        use crate::allocator::list_reservations;
+        let store = blue_store_holding(&[
+            ("c1", "ns/pod-c1", Some("ns/vm1.blue")),
+            ("c2", "ns/pod-c2", Some("ns/vm2.blue")),
+            ("c3", "ns/pod-c3", Some("no-namespace")),
+        ])
+        .await;
         Api::<IpamClaim>::namespaced(store.clone(), "ns")
             .create(&IpamClaim::new("ns", "vm1.blue", "blue", "podabc"))
             .await
             .unwrap();
-        for (c, claim) in [
-            ("c1", "ns/vm1.blue"),
-            ("c2", "ns/vm2.blue"),
-            ("c3", "no-namespace"),
-        ] {
-            let holder = Holder {
-                container_id: c.into(),
-                ifname: "net1".into(),
-                pod_ref: format!("ns/pod-{c}"),
-                ..Default::default()
-            };
-            allocate(&store, &config, &holder, &[], Some(claim))
-                .await
-                .unwrap();
-        }
         let later = Timestamp::now() + jiff::SignedDuration::from_secs(120);
-        let mut freed: Vec<(String, FreeReason)> = reconcile(&store, &[], later, GRACE)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|d| {
-                let r = d.reason;
-                (d.name, r)
-            })
-            .collect();
-        freed.sort_by(|a, b| a.0.cmp(&b.0));
-        assert_eq!(freed.len(), 2, "{freed:?}");
-        assert!(
-            freed.iter().all(|(_, r)| *r == FreeReason::ClaimGone),
-            "{freed:?}"
-        );
+        let freed = reconcile(&store, &[], later, GRACE).await.unwrap();
+        let reasons: Vec<FreeReason> = freed.iter().map(|d| d.reason).collect();
+        assert_eq!(reasons, [FreeReason::ClaimGone; 2], "{freed:?}");
         let left = list_reservations(&store, "blue").await.unwrap();
         assert_eq!(left.len(), 1, "{left:?}");
         assert_eq!(left[0].spec.claim.as_deref(), Some("ns/vm1.blue"));
