@@ -111,11 +111,53 @@ impl MigrationProgress {
     pub fn is_final(&self) -> bool {
         matches!(self.status.as_str(), "completed" | "failed" | "cancelled")
     }
+
+    /// Why a finished migration did not complete (`None` when it did): QEMU's error, said
+    /// to be the proxy's when the target node's migration proxy was never reached
+    /// (`proxy_reached`), else the final status.
+    pub fn failure_reason(&self, proxy_reached: bool) -> Option<String> {
+        if self.status == "completed" {
+            return None;
+        }
+        Some(match (&self.error, proxy_reached) {
+            (Some(error), true) => error.clone(),
+            (Some(error), false) => {
+                format!("the target node's migration proxy was not reached: {error}")
+            }
+            (None, _) => format!("the migration was {}", self.status),
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failure_reasons() {
+        let at = |status: &str, error: Option<&str>| MigrationProgress {
+            status: status.into(),
+            error: error.map(String::from),
+            ..Default::default()
+        };
+        assert_eq!(at("completed", None).failure_reason(false), None);
+        assert_eq!(
+            at("failed", Some("Unable to write"))
+                .failure_reason(true)
+                .as_deref(),
+            Some("Unable to write")
+        );
+        assert_eq!(
+            at("failed", Some("Unable to write"))
+                .failure_reason(false)
+                .as_deref(),
+            Some("the target node's migration proxy was not reached: Unable to write")
+        );
+        assert_eq!(
+            at("cancelled", None).failure_reason(true).as_deref(),
+            Some("the migration was cancelled")
+        );
+    }
 
     #[test]
     fn commands() {

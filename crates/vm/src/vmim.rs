@@ -427,6 +427,40 @@ pub fn fail_state(state: &mut MigrationState, reason: &str, now: &str) {
     state.end_timestamp = Some(now.into());
 }
 
+/// How the source side of a migration ended, as the source node saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceOutcome {
+    /// The guest runs at the target.
+    Completed,
+    /// The guest runs on at the source; `aborted` when the transfer was cancelled (asked
+    /// for, or QEMU reported `cancelled`).
+    Failed {
+        /// Why, in the words the VMI's `failureReason` shows.
+        reason: String,
+        /// The transfer was cancelled rather than broken.
+        aborted: bool,
+    },
+}
+
+/// Record the source side's end in `state` at `now`: `completed` and `endTimestamp`, or
+/// [`fail_state`] with `abortStatus: Succeeded` when the migration was aborted — cancelled
+/// by QEMU or asked for by an abort (`abortRequested`) that the failure answered. A failure
+/// that was neither leaves `abortStatus` as it was.
+pub fn end_source_state(state: &mut MigrationState, outcome: &SourceOutcome, now: &str) {
+    match outcome {
+        SourceOutcome::Completed => {
+            state.completed = true;
+            state.end_timestamp = Some(now.into());
+        }
+        SourceOutcome::Failed { reason, aborted } => {
+            fail_state(state, reason, now);
+            if *aborted || state.abort_requested {
+                state.abort_status = "Succeeded".into();
+            }
+        }
+    }
+}
+
 /// Apply `change` to `vmi`'s `migrationState` when it is migration `uid`'s (another
 /// migration's state, or none, is left alone); returns whether the VMI changed.
 pub fn update_vmi_migration_state(
@@ -445,6 +479,39 @@ pub fn update_vmi_migration_state(
 mod tests {
     use super::*;
     use MigrationPhase::*;
+
+    #[test]
+    fn the_source_end_sets_abort_status_only_for_an_abort() {
+        let now = "2026-01-01T00:00:00Z";
+        let failed = |aborted| SourceOutcome::Failed {
+            reason: "boom".into(),
+            aborted,
+        };
+        let mut done = MigrationState::default();
+        end_source_state(&mut done, &SourceOutcome::Completed, now);
+        assert!(done.completed && !done.failed);
+        assert_eq!(done.end_timestamp.as_deref(), Some(now));
+        assert_eq!(done.abort_status, "");
+
+        let mut broken = MigrationState::default();
+        end_source_state(&mut broken, &failed(false), now);
+        assert!(broken.failed && !broken.completed);
+        assert_eq!(broken.failure_reason, "boom");
+        assert_eq!(broken.abort_status, "", "a broken transfer is not an abort");
+
+        let mut cancelled = MigrationState::default();
+        end_source_state(&mut cancelled, &failed(true), now);
+        assert_eq!(cancelled.abort_status, "Succeeded");
+
+        // An abort was asked for and the transfer then failed: the abort succeeded.
+        let mut asked = MigrationState {
+            abort_requested: true,
+            ..Default::default()
+        };
+        end_source_state(&mut asked, &failed(false), now);
+        assert_eq!(asked.abort_status, "Succeeded");
+        assert!(asked.failed);
+    }
 
     fn at(secs: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + secs).unwrap()

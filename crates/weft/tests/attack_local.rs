@@ -446,7 +446,13 @@ fn killed_agent_is_restarted_and_adopts_its_pods() {
         "{}",
         down[0]
     );
-    assert_eq!(events(&cluster, "AgentRestarted").len(), 1);
+    // The supervisor writes the Ready condition, then the Event: wait for the record.
+    let restarted = wait("the AgentRestarted Event", Duration::from_secs(20), || {
+        let e = events(&cluster, "AgentRestarted");
+        (!e.is_empty()).then_some(e)
+    });
+    assert_eq!(restarted.len(), 1, "{restarted:?}");
+    assert_eq!(restarted[0]["count"], 1, "{restarted:?}");
 
     // The plain pod was adopted, not recreated: same sandbox, same IP, its network still works.
     let p = pod();
@@ -538,8 +544,11 @@ fn killed_controller_is_restarted_and_a_stop_is_not_lost() {
     let down = events(&cluster, "ControllerDown");
     assert_eq!(down.len(), 1, "{down:?}");
     assert_eq!(down[0]["involvedObject"]["name"], "weft-controller");
-    let vm = cluster.json(&["get", "vm", "vm1", "-o", "json"]);
-    assert_eq!(vm["status"]["printableStatus"], "Stopped", "{vm}");
+    // The VM's status follows the VMI's deletion in a later pass of the controller.
+    wait("vm1's printableStatus Stopped", Duration::from_secs(30), || {
+        let vm = cluster.json(&["get", "vm", "vm1", "-o", "json"]);
+        (vm["status"]["printableStatus"] == "Stopped").then_some(())
+    });
     let out = cluster.down();
     assert!(out.status.success(), "{}", text(&out));
 }

@@ -124,18 +124,26 @@ fn run(state: &Path) {
         "{broken}"
     );
 
-    let described = wait("vm-broken's FailedCreate Event", 60, || {
-        let out = weft(state, &["describe", "vmi", "vm-broken"]);
-        let printed = String::from_utf8_lossy(&out.stdout).into_owned();
-        let events = printed.split("\nEvents:").nth(1).unwrap_or_default().to_string();
-        (out.status.success() && events.contains("FailedCreate") && events.contains("default/nope"))
+    wait(
+        "vm-broken's Synchronized=False and FailedCreate Event",
+        60,
+        || {
+            let out = weft(state, &["describe", "vmi", "vm-broken"]);
+            let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+            let events = printed.split("\nEvents:").nth(1).unwrap_or_default().to_string();
+            // The condition and the Event are two writes: wait until both are recorded.
+            let conditions = printed.split("\nConditions:").nth(1).unwrap_or_default();
+            let conditions = conditions.split("\nEvents:").next().unwrap_or_default();
+            let condition = conditions
+                .lines()
+                .any(|l| l.contains("Synchronized") && l.contains("False"));
+            (out.status.success()
+                && condition
+                && events.contains("FailedCreate")
+                && events.contains("default/nope"))
             .then_some(printed)
             .ok_or_else(|| text(&out))
-    });
-    let conditions = described.split("\nConditions:").nth(1).unwrap_or_default();
-    assert!(
-        conditions.contains("Synchronized") && conditions.contains("False"),
-        "{described}"
+        },
     );
 
     // A NAD whose delegate plugin is not installed: the local kubelet's FailedCreatePodSandBox

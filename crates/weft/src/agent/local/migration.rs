@@ -27,7 +27,7 @@ use weft_guest::migrate::{self, MigrationProgress};
 use weft_guest::qmp::QmpClient;
 use weft_store::Api;
 use weft_vm::api::MigrationState;
-use weft_vm::vmim::{self, MIGRATION_JOB_LABEL, MIGRATION_PROGRESS_ANNOTATION};
+use weft_vm::vmim::{self, MIGRATION_JOB_LABEL, MIGRATION_PROGRESS_ANNOTATION, SourceOutcome as Outcome};
 use weft_vm::{VirtualMachineInstance, VirtualMachineInstanceMigration};
 
 use crate::agent::local::context::AgentContext;
@@ -67,11 +67,6 @@ struct SourceSide {
     progress: Arc<Mutex<MigrationProgress>>,
     driver: Option<JoinHandle<Outcome>>,
     written: Option<MigrationProgress>,
-}
-
-enum Outcome {
-    Completed,
-    Failed { reason: String, aborted: bool },
 }
 
 /// The VMI the launcher of `pod` starts from: for a migration target, the source's MACs (from
@@ -414,17 +409,8 @@ async fn source_step(
     migration.source = None;
     migration.done.insert(uid.clone());
     let now = weft_store::now_rfc3339();
-    update_state(agent, &ns, &launcher.vmi, &uid, |s| match &outcome {
-        Outcome::Completed => {
-            s.completed = true;
-            s.end_timestamp = Some(now.clone());
-        }
-        Outcome::Failed { reason, aborted } => {
-            vmim::fail_state(s, reason, &now);
-            if *aborted || s.abort_requested {
-                s.abort_status = "Succeeded".into();
-            }
-        }
+    update_state(agent, &ns, &launcher.vmi, &uid, |s| {
+        vmim::end_source_state(s, &outcome, &now)
     })
     .await
 }
@@ -487,26 +473,18 @@ fn drive(
     let reached = proxy.connected();
     // Let the relay drain what QEMU wrote last, then close it.
     drain(proxy, Duration::from_secs(10), last.status.as_str());
-    match last.status.as_str() {
-        "completed" => Outcome::Completed,
-        status => {
-            // QEMU resumes the source itself after a failed or cancelled migration; make sure.
-            if let Ok(value) = client.execute(&migrate::query_status())
-                && value["status"] != "running"
-            {
-                let _ = client.execute(&migrate::cont());
-            }
-            Outcome::Failed {
-                reason: match (&last.error, reached) {
-                    (Some(error), true) => error.clone(),
-                    (Some(error), false) => {
-                        format!("the target node's migration proxy was not reached: {error}")
-                    }
-                    (None, _) => format!("the migration was {status}"),
-                },
-                aborted: cancelled || status == "cancelled",
-            }
-        }
+    let Some(reason) = last.failure_reason(reached) else {
+        return Outcome::Completed;
+    };
+    // QEMU resumes the source itself after a failed or cancelled migration; make sure.
+    if let Ok(value) = client.execute(&migrate::query_status())
+        && value["status"] != "running"
+    {
+        let _ = client.execute(&migrate::cont());
+    }
+    Outcome::Failed {
+        reason,
+        aborted: cancelled || last.status == "cancelled",
     }
 }
 
