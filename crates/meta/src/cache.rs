@@ -73,6 +73,23 @@ impl CacheRecord {
         self
     }
 
+    /// What a failed ADD still holds, for the runtime's DEL to retry: only the delegates
+    /// it attached whose rollback DEL failed (`held`: plan index and ADD result, as
+    /// [`crate::ExecutorError::Add`] reports them), nothing after a complete rollback. Never
+    /// the failed delegate: its interface name may be another container's in a shared
+    /// namespace, and a DEL of it would remove that container's interface.
+    pub fn holding(self, held: &[(usize, CniResult)]) -> Self {
+        let (delegates, results) = held
+            .iter()
+            .filter_map(|(i, result)| self.delegates.get(*i).map(|d| (d.clone(), Some(result.clone()))))
+            .unzip();
+        Self {
+            delegates,
+            results,
+            ..self
+        }
+    }
+
     /// The cached ADD result of delegate `index`.
     pub fn result(&self, index: usize) -> Option<&CniResult> {
         self.results.get(index).and_then(Option::as_ref)

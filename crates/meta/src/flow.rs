@@ -2,7 +2,7 @@
 //! pieces: pod lookup outcome → synthetic result / plan + cache record (ADD); cache or
 //! recompute → delegates with their cached results (DEL). Still pure.
 
-use weft_cni::{CniError, CniResult, codes};
+use weft_cni::{CniCommand, CniError, CniResult, codes};
 
 use crate::cache::{CacheRecord, DelDecision, decide_del};
 use crate::catalog::NetworkCatalog;
@@ -172,8 +172,96 @@ pub fn decide_del_plan(
     }
 }
 
+/// One step a request takes before its command runs (none: run it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// Run a DEL as for a namespace that is gone: delegates release what they hold elsewhere
+    /// and touch no interface in it. DEL must not fail forever.
+    DelWithoutNetns,
+    /// Refuse with this CNI error.
+    Refuse(CniError),
+    /// Wait (bounded) for the readiness indicator file, then run.
+    WaitForReadiness,
+    /// Run, and say when the readiness indicator file is missing: DEL goes on whatever that
+    /// check says.
+    ProceedWarnIfNotReady,
+}
+
+/// The gates of a request, in order: the namespace first (`forbidden` says what kind of
+/// namespace `CNI_NETNS` is when weft may not configure it, e.g. the host's), then the
+/// readiness indicator (`readiness`: one is configured). `/delegate` requests (`single`) are
+/// refused: the agent hot-plugs from the pod's networks annotation. CHECK skips the
+/// readiness wait (it asks about what exists); every other command but DEL waits.
+pub fn gates(
+    command: CniCommand,
+    netns: &str,
+    forbidden: Option<&str>,
+    readiness: bool,
+    single: bool,
+) -> Vec<Gate> {
+    if single {
+        return vec![Gate::Refuse(CniError::new(
+            codes::UNSUPPORTED_FIELD,
+            "/delegate is not served: edit the pod's k8s.v1.cni.cncf.io/networks annotation, the weft agent hot-plugs and unplugs from it",
+        ))];
+    }
+    let mut gates = Vec::new();
+    match (forbidden, command) {
+        (None, _) => {}
+        (Some(_), CniCommand::Del) => gates.push(Gate::DelWithoutNetns),
+        (Some(what), _) => {
+            return vec![Gate::Refuse(CniError::new(
+                codes::INVALID_ENVIRONMENT,
+                format!("CNI_NETNS {netns} is {what}: refusing to configure it"),
+            ))];
+        }
+    }
+    if readiness {
+        match command {
+            CniCommand::Del => gates.push(Gate::ProceedWarnIfNotReady),
+            CniCommand::Check => {}
+            _ => gates.push(Gate::WaitForReadiness),
+        }
+    }
+    gates
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn gates_refuse_configuring_a_forbidden_namespace_and_del_goes_on() {
+        use super::{Gate, gates};
+        use weft_cni::CniCommand::*;
+        let refused = |g: &[Gate]| match g {
+            [Gate::Refuse(e)] => e.code,
+            other => panic!("not refused: {other:?}"),
+        };
+        assert_eq!(gates(Add, "/proc/1/ns/net", None, false, false), vec![]);
+        assert_eq!(
+            refused(&gates(Add, "/proc/1/ns/net", Some("the host's"), false, false)),
+            codes::INVALID_ENVIRONMENT
+        );
+        let error = match gates(Check, "/proc/1/ns/net", Some("the host's"), true, false).remove(0) {
+            Gate::Refuse(e) => e,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            error.msg,
+            "CNI_NETNS /proc/1/ns/net is the host's: refusing to configure it"
+        );
+        assert_eq!(
+            gates(Del, "/proc/1/ns/net", Some("the host's"), true, false),
+            vec![Gate::DelWithoutNetns, Gate::ProceedWarnIfNotReady]
+        );
+        assert_eq!(gates(Add, "n", None, true, false), vec![Gate::WaitForReadiness]);
+        assert_eq!(gates(Status, "", None, true, false), vec![Gate::WaitForReadiness]);
+        assert_eq!(gates(Check, "n", None, true, false), vec![]);
+        assert_eq!(
+            refused(&gates(Del, "n", None, false, true)),
+            codes::UNSUPPORTED_FIELD
+        );
+    }
+
     use super::*;
     use crate::catalog::MemoryCatalog;
     use crate::plan::Pod;

@@ -387,18 +387,19 @@ fn killed_agent_is_restarted_and_adopts_its_pods() {
     });
     let (ip, sandbox) = web_pod(&cluster);
     let pod = || cluster.json(&["get", "pod", "web", "-o", "json"]);
-    let launcher_sandbox = cluster.json(&["get", "pods", "-o", "json"])["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| {
-            p["metadata"]["name"]
-                .as_str()
-                .unwrap()
-                .starts_with("virt-launcher-vm1")
-        })
-        .map(|p| p["metadata"]["annotations"]["weft.dev/sandbox-id"].clone())
-        .expect("the launcher pod");
+    // The sandbox annotation is written after the phase that makes the VMI Running.
+    let launcher_sandbox = wait("the launcher pod's sandbox", Duration::from_secs(30), || {
+        cluster.json(&["get", "pods", "-o", "json"])["items"]
+            .as_array()?
+            .iter()
+            .find(|p| {
+                p["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("virt-launcher-vm1"))
+            })
+            .map(|p| p["metadata"]["annotations"]["weft.dev/sandbox-id"].clone())
+            .filter(serde_json::Value::is_string)
+    });
     let node = cluster.node_netns();
     wait("web answers ping", Duration::from_secs(20), || {
         ping(&node, &ip).then_some(())
@@ -600,7 +601,14 @@ fn killed_agent_adopts_the_running_guest() {
     assert!(ready(&vmi), "{vmi}");
     assert!(new.0 != old.0);
 
-    // QEMU dies while the agent is down: the restarted agent says so on the VMI.
+    // QEMU dies while the agent is down: the restarted agent says so on the VMI. The agent
+    // is stopped first, so no pass of the live agent sees the exit before it is killed.
+    let agent = cluster.record("agent-node1").expect("the agent's record");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agent.0 as i32),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .unwrap();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(qemu.0 as i32),
         nix::sys::signal::Signal::SIGKILL,

@@ -74,12 +74,19 @@ fn run(state: &Path) {
     assert!(up.status.success(), "{}", text(&up));
 
     // The example VM: every stage of both NICs passes once the guest has leased them.
-    let healthy = wait("every stage of vm1 to pass", 180, || {
+    // The JSON and the text report are read in one pass: the guest-agent stages follow the
+    // guest agent's session, which the two reads must both see up.
+    let (healthy, printed) = wait("every stage of vm1 to pass", 180, || {
         let (code, report, out) = explain(state, "vm1");
         let all = stages(&report);
-        (code == Some(0) && all.len() == 16 && all.iter().all(|s| s["ok"] == true))
-            .then_some(report)
-            .ok_or(out)
+        if !(code == Some(0) && all.len() == 16 && all.iter().all(|s| s["ok"] == true)) {
+            return Err(out);
+        }
+        let text_out = weft(state, &["explain", "vmi", "vm1"]);
+        let printed = String::from_utf8_lossy(&text_out.stdout).into_owned();
+        (text_out.status.success() && printed.matches('✓').count() == 16)
+            .then_some((report, printed))
+            .ok_or_else(|| text(&text_out))
     });
     let names: Vec<&str> = healthy["interfaces"]
         .as_array()
@@ -88,10 +95,6 @@ fn run(state: &Path) {
         .map(|i| i["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["default", "data"]);
-    let text_out = weft(state, &["explain", "vmi", "vm1"]);
-    assert!(text_out.status.success(), "{}", text(&text_out));
-    let printed = String::from_utf8_lossy(&text_out.stdout);
-    assert_eq!(printed.matches('✓').count(), 16, "{printed}");
     assert!(
         printed.contains("k6t-eth0") && printed.contains("nft table nat"),
         "{printed}"

@@ -169,6 +169,19 @@ fn holders_at_once(state: &Path, start: &weft_store::ObjectList, ip: &str) -> Ve
     })
 }
 
+/// No sandbox namespace of a vm1 launcher pod is left: the agent deletes it right after the
+/// pod's CNI DEL.
+fn launcher_netns_gone(state: &Path) -> Option<()> {
+    let prefix = weft::local::Topology::load(state)
+        .ok()?
+        .pod_netns("default", "virt-launcher-vm1-");
+    let left = std::fs::read_dir("/run/netns")
+        .ok()?
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with(&prefix));
+    (!left).then_some(())
+}
+
 fn run(state: &Path) {
     let up = weft(state, &["up", "--nodes", "2", "--no-guests", "--timeout", "90"]);
     assert!(up.status.success(), "{}", text(&up));
@@ -188,10 +201,12 @@ fn run(state: &Path) {
             .is_some_and(|p| p.is_empty())
             .then_some(())
     });
+    // The CNI DEL runs when the agent sees the pod gone; its sandbox's namespace goes after it.
+    wait("the launcher's CNI DEL", || launcher_netns_gone(state));
     assert_eq!(
         claim_ips(state),
         vec![format!("{ip}/24")],
-        "pod deletion keeps the claim's address"
+        "pod deletion (its CNI DEL done) keeps the claim's address"
     );
     assert!(weft(state, &["start", "vm1"]).status.success());
     let (again, _) = wait("vm1 running again", || data_ip(state));

@@ -547,15 +547,17 @@ fn failure_reason(m: &Value) -> String {
         .to_string()
 }
 
-/// A slow migration (the transfer capped at 2 MiB/s) created from a manifest, and the
-/// moment its transfer is under way (progress `active`, bytes sent).
+/// A slow migration (the transfer capped at 1 MiB/s, so the guest's tens of MiB take tens
+/// of seconds) created from a manifest, and the moment its transfer is under way (progress
+/// `active`, bytes sent). A transfer that ended before it was seen fails here, by name, not
+/// later on a target pod that is gone.
 fn slow_migration(state: &Path, name: &str) {
     apply(
         state,
         &format!("{name}.yaml"),
         &format!(
             "apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstanceMigration\nmetadata:\n  name: {name}\n  \
-             namespace: default\n  annotations:\n    weft.dev/migration-bandwidth: \"2097152\"\nspec:\n  vmiName: vm1\n"
+             namespace: default\n  annotations:\n    weft.dev/migration-bandwidth: \"1048576\"\nspec:\n  vmiName: vm1\n"
         ),
     );
     wait(&format!("{name} transferring"), 120, || {
@@ -563,6 +565,13 @@ fn slow_migration(state: &Path, name: &str) {
         let progress: Value =
             serde_json::from_str(m["metadata"]["annotations"]["weft.dev/migration-progress"].as_str()?)
                 .ok()?;
+        assert!(
+            !matches!(
+                progress["status"].as_str(),
+                Some("completed" | "failed" | "cancelled")
+            ),
+            "{name} ended before the test acted: {progress}"
+        );
         (progress["status"] == "active" && progress["transferredBytes"].as_u64()? > 0).then_some(())
     });
 }

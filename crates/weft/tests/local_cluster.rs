@@ -75,7 +75,29 @@ fn exercise(state: &std::path::Path) {
         "status printed:\n{}",
         text(&up)
     );
-    let vmi = vmi_json(state, "vm1");
+    // `up` returns once every NIC is leased and the guest agent reported it; the OS info and
+    // the AgentConnected condition come from the same guest-agent session: read a VMI that
+    // shows them all (a session that failed meanwhile is re-established by the launcher).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let vmi = loop {
+        let vmi = vmi_json(state, "vm1");
+        let agent_sourced = vmi["status"]["interfaces"].as_array().is_some_and(|nics| {
+            nics.len() >= 2
+                && nics
+                    .iter()
+                    .all(|i| i["infoSource"].as_str().unwrap_or("").contains("guest-agent"))
+        });
+        let connected = vmi["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "AgentConnected" && c["status"] == "True")
+        });
+        if (agent_sourced && connected && vmi["status"]["guestOSInfo"]["id"].is_string())
+            || std::time::Instant::now() > deadline
+        {
+            break vmi;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
     let interfaces = vmi["status"]["interfaces"]
         .as_array()
         .cloned()

@@ -243,6 +243,25 @@ fn cache_round_trip_and_del_decisions() {
         DelDecision::Recompute { corrupt: None }
     );
     assert_eq!(decide_del(&c, None, "c1", false), DelDecision::NothingHeld);
+    // A failed ADD keeps only what it holds: here delegate 1 (net1), whose rollback failed;
+    // never the failed delegate, nothing after a complete rollback.
+    let held = weft_cni::CniResult {
+        cni_version: "1.0.0".into(),
+        ..Default::default()
+    };
+    let kept = record.clone().holding(&[(1, held.clone())]);
+    assert_eq!(kept.delegates, vec![plans[1].clone()]);
+    assert_eq!(kept.results, vec![Some(held.clone())]);
+    assert_eq!(
+        (kept.container_id.as_str(), kept.netns.as_str()),
+        ("c1", "/run/netns/x")
+    );
+    let none = record.clone().holding(&[]);
+    assert!(none.delegates.is_empty() && none.results.is_empty());
+    assert!(
+        record.clone().holding(&[(7, held)]).delegates.is_empty(),
+        "an index out of the plan"
+    );
     let hot = record.clone().without_attachment("net1");
     assert_eq!(hot.delegates.len(), 1);
     assert_eq!(hot.results.len(), 1);

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use weft_cni::runtime::CniRuntime;
 use weft_cni::{CniCommand, CniError, RequestEnv, codes};
-use weft_meta::flow::{AddDecision, PodLookup, decide_add, decide_del_plan, plan_error_code};
+use weft_meta::flow::{AddDecision, Gate, PodLookup, decide_add, decide_del_plan, plan_error_code};
 use weft_meta::{
     AttachmentRequest, CacheAfterDel, CacheRecord, DelegatePlan, Executor, MemoryCatalog, MetaConfig,
     PathEntry,
@@ -40,40 +40,40 @@ pub async fn handle(agent: &Agent, request: CniRequest, single: bool) -> Result<
     let config = MetaConfig::parse(&bytes).map_err(|e| {
         CniError::new(codes::INVALID_NETWORK_CONFIG, "invalid weft configuration").with_details(e.to_string())
     })?;
-    if single {
-        return Err(CniError::new(
-            codes::UNSUPPORTED_FIELD,
-            "/delegate is not served: edit the pod's k8s.v1.cni.cncf.io/networks annotation, the weft agent hot-plugs and unplugs from it",
-        ));
-    }
     let mut request = AttachmentRequest::from_request_env(&env);
     let netns = request.netns.clone();
-    if let Some(what) = blocking(move || forbidden_netns(&netns)).await? {
-        if env.command != CniCommand::Del {
-            return Err(CniError::new(
-                codes::INVALID_ENVIRONMENT,
-                format!("CNI_NETNS {} is {what}: refusing to configure it", request.netns),
-            ));
-        }
-        // DEL must not fail forever; run it as for a namespace that is gone (delegates release
-        // what they hold elsewhere and touch no interface in it).
-        tracing::warn!(netns = %request.netns, container = %request.container_id, "DEL with CNI_NETNS = {what}: run without the namespace");
-        request.netns.clear();
-    }
-    if !config.readiness_indicator_file.is_empty() {
-        let path = &config.readiness_indicator_file;
-        match env.command {
-            CniCommand::Del => {
-                let file = path.clone();
+    let forbidden = if single {
+        None
+    } else {
+        blocking(move || forbidden_netns(&netns)).await?
+    };
+    let readiness = &config.readiness_indicator_file;
+    let gates = weft_meta::flow::gates(
+        env.command,
+        &request.netns,
+        forbidden,
+        !readiness.is_empty(),
+        single,
+    );
+    for gate in gates {
+        match gate {
+            Gate::Refuse(error) => return Err(error),
+            Gate::DelWithoutNetns => {
+                tracing::warn!(netns = %request.netns, container = %request.container_id, "DEL with CNI_NETNS = {}: run without the namespace", forbidden.unwrap_or_default());
+                request.netns.clear();
+            }
+            Gate::ProceedWarnIfNotReady => {
+                let file = readiness.clone();
                 // DEL goes on whatever this check says (even if it could not run).
                 if !blocking(move || Path::new(&file).exists()).await.unwrap_or(false) {
-                    tracing::warn!(%path, "readiness indicator file missing; DEL goes on");
+                    tracing::warn!(path = %readiness, "readiness indicator file missing; DEL goes on");
                 }
             }
-            CniCommand::Check => {}
-            _ => super::autoconf::wait_for_readiness(path, super::autoconf::READINESS_WAIT)
-                .await
-                .map_err(|e| CniError::new(codes::TRY_AGAIN_LATER, e))?,
+            Gate::WaitForReadiness => {
+                super::autoconf::wait_for_readiness(readiness, super::autoconf::READINESS_WAIT)
+                    .await
+                    .map_err(|e| CniError::new(codes::TRY_AGAIN_LATER, e))?
+            }
         }
     }
     match env.command {
@@ -365,29 +365,9 @@ async fn add(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
                 .delegate_errors
                 .get_or_create(&super::metrics::DelegateLabels { plugin: "add".into() })
                 .inc();
-            // Record exactly what this ADD still holds: the delegates it attached whose rollback
-            // DEL failed (for the runtime's DEL to retry), nothing after a complete rollback.
-            // Never the failed delegate: its interface name may be another container's in a
-            // shared namespace, and a DEL of it would remove that container's interface.
+            // Record exactly what this ADD still holds (see `CacheRecord::holding`).
             if let weft_meta::ExecutorError::Add { held, .. } = &error {
-                let (delegates, results) = held
-                    .iter()
-                    .filter_map(|(i, result)| {
-                        record
-                            .delegates
-                            .get(*i)
-                            .map(|d| (d.clone(), Some(result.clone())))
-                    })
-                    .unzip();
-                write_cache(
-                    agent,
-                    &CacheRecord {
-                        delegates,
-                        results,
-                        ..record
-                    },
-                )
-                .await?;
+                write_cache(agent, &record.holding(held)).await?;
             }
             Err(error.to_cni_error())
         }
