@@ -90,6 +90,28 @@ impl CacheRecord {
         }
     }
 
+    /// Whether the record is pod `namespace`/`name`'s (a record without a namespace is the
+    /// `default` namespace's, as the runtime's `K8S_POD_NAMESPACE` left out means).
+    pub fn is_pod(&self, namespace: &str, name: &str) -> bool {
+        let record_ns = match self.k8s.pod_namespace.as_str() {
+            "" => "default",
+            ns => ns,
+        };
+        record_ns == namespace && self.k8s.pod_name == name
+    }
+
+    /// Whether a hot-plug pass may act on this record for the pod now holding its name
+    /// (`pod_uid`): its ADD is done (every delegate has its result: an ADD still running, or
+    /// one that failed, owns the pod, and its network-status write brings the pod back), and
+    /// the pod is the one the ADD was for, not a new pod of the same name.
+    pub fn hotplug_ready(&self, pod_uid: Option<&str>) -> bool {
+        let attached = !self.delegates.is_empty()
+            && self.results.len() == self.delegates.len()
+            && self.results.iter().all(Option::is_some);
+        let replaced = pod_uid.is_some_and(|uid| !self.k8s.pod_uid.is_empty() && uid != self.k8s.pod_uid);
+        attached && !replaced
+    }
+
     /// The cached ADD result of delegate `index`.
     pub fn result(&self, index: usize) -> Option<&CniResult> {
         self.results.get(index).and_then(Option::as_ref)

@@ -204,6 +204,13 @@ fn del_recompute_skips_only_what_cannot_be_resolved() {
     assert_eq!((plans.len(), skipped.len()), (1, 1));
 }
 
+fn held_result() -> weft_cni::CniResult {
+    weft_cni::CniResult {
+        cni_version: "1.0.0".into(),
+        ..Default::default()
+    }
+}
+
 #[test]
 fn cache_round_trip_and_del_decisions() {
     let c = config(json!({}));
@@ -245,10 +252,7 @@ fn cache_round_trip_and_del_decisions() {
     assert_eq!(decide_del(&c, None, "c1", false), DelDecision::NothingHeld);
     // A failed ADD keeps only what it holds: here delegate 1 (net1), whose rollback failed;
     // never the failed delegate, nothing after a complete rollback.
-    let held = weft_cni::CniResult {
-        cni_version: "1.0.0".into(),
-        ..Default::default()
-    };
+    let held = held_result();
     let kept = record.clone().holding(&[(1, held.clone())]);
     assert_eq!(kept.delegates, vec![plans[1].clone()]);
     assert_eq!(kept.results, vec![Some(held.clone())]);
@@ -262,6 +266,30 @@ fn cache_round_trip_and_del_decisions() {
         record.clone().holding(&[(7, held)]).delegates.is_empty(),
         "an index out of the plan"
     );
+    // A hot-plug pass acts on a finished ADD of the same pod only.
+    assert!(record.is_pod("test", "p"));
+    assert!(!record.is_pod("test", "q") && !record.is_pod("default", "p"));
+    let mut unnamespaced = record.clone();
+    unnamespaced.k8s.pod_namespace.clear();
+    assert!(unnamespaced.is_pod("default", "p"), "no namespace is default's");
+    assert!(
+        !record.hotplug_ready(None),
+        "no results yet: the ADD owns the pod"
+    );
+    let done = record.clone().with_results(vec![held_result(); plans.len()]);
+    assert!(done.hotplug_ready(None) && done.hotplug_ready(Some("u")));
+    assert!(
+        !done.hotplug_ready(Some("another-pod")),
+        "a new pod of the same name"
+    );
+    let mut uidless = done.clone();
+    uidless.k8s.pod_uid.clear();
+    assert!(
+        uidless.hotplug_ready(Some("another-pod")),
+        "no uid recorded: nothing to compare"
+    );
+    let partly = record.clone().with_results(vec![held_result()]);
+    assert!(!partly.hotplug_ready(None), "a delegate without its result");
     let hot = record.clone().without_attachment("net1");
     assert_eq!(hot.delegates.len(), 1);
     assert_eq!(hot.results.len(), 1);

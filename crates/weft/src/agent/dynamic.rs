@@ -102,16 +102,7 @@ pub async fn reconcile_pod(agent: &Agent, reads: &Arc<dyn Store>, key: &PodKey) 
         )
     })
     .await?;
-    let records: Vec<_> = records
-        .into_iter()
-        .filter(|r| {
-            let record_ns = match r.k8s.pod_namespace.as_str() {
-                "" => "default",
-                ns => ns,
-            };
-            record_ns == ns && &r.k8s.pod_name == name
-        })
-        .collect();
+    let records: Vec<_> = records.into_iter().filter(|r| r.is_pod(ns, name)).collect();
     if records.is_empty() {
         return Ok(0);
     }
@@ -120,17 +111,7 @@ pub async fn reconcile_pod(agent: &Agent, reads: &Arc<dyn Store>, key: &PodKey) 
     };
     let mut changes = 0;
     for record in records {
-        // An ADD still running (results not recorded yet) or one that failed owns the pod; the
-        // ADD's network-status write brings the pod back here.
-        let attached = !record.delegates.is_empty()
-            && record.results.len() == record.delegates.len()
-            && record.results.iter().all(Option::is_some);
-        let replaced = pod
-            .metadata
-            .uid
-            .as_deref()
-            .is_some_and(|uid| !record.k8s.pod_uid.is_empty() && uid != record.k8s.pod_uid);
-        if !attached || replaced {
+        if !record.hotplug_ready(pod.metadata.uid.as_deref()) {
             continue;
         }
         let Ok(config) = &config else {
