@@ -32,8 +32,8 @@ pub fn vmi_interfaces(vmi: &VirtualMachineInstance) -> Vec<VmiInterface> {
             };
             let mut out = VmiInterface::new(&i.name, binding);
             out.state = match i.state.as_str() {
-                "down" => InterfaceState::Down,
-                "absent" => InterfaceState::Absent,
+                weft_vm::api::STATE_DOWN => InterfaceState::Down,
+                weft_vm::api::STATE_ABSENT => InterfaceState::Absent,
                 _ => InterfaceState::Up,
             };
             out.model = Some(i.model.clone()).filter(|m| !m.is_empty());
@@ -102,4 +102,62 @@ pub fn render(vmi: &VirtualMachineInstance, nics: &[DomainNic], spec: &GuestSpec
             ));
     }
     domain.to_xml().context("serialize the domain XML")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubevirt_bindings_and_states_map_to_the_domains() {
+        let vmi: VirtualMachineInstance = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "v", "namespace": "default"},
+            "spec": {"domain": {"devices": {"interfaces": [
+                {"name": "a", "masquerade": {}},
+                {"name": "b", "bridge": {}, "state": "down", "macAddress": "02:00:00:00:00:02",
+                 "model": "e1000", "bootOrder": 2, "ports": [{"port": 80, "protocol": "TCP"}, {"port": 70000}]},
+                {"name": "c", "sriov": {}, "state": "absent"},
+                {"name": "d", "passtBinding": {}},
+                {"name": "e", "binding": {"name": "passt"}},
+                {"name": "f", "binding": {"name": "slirp-ish"}},
+                {"name": "g"}
+            ]}}}
+        }))
+        .unwrap();
+        let got = vmi_interfaces(&vmi);
+        let bindings: Vec<(&str, &InterfaceBinding, &InterfaceState)> = got
+            .iter()
+            .map(|i| (i.name.as_str(), &i.binding, &i.state))
+            .collect();
+        use InterfaceBinding::*;
+        use InterfaceState::*;
+        assert_eq!(
+            bindings,
+            [
+                ("a", &Masquerade, &Up),
+                ("b", &Bridge, &Down),
+                ("c", &Sriov, &Absent),
+                ("d", &Passt, &Up),
+                ("e", &PasstPlugin, &Up),
+                (
+                    "f",
+                    &Plugin {
+                        tap_attachment: false
+                    },
+                    &Up
+                ),
+                // No binding: KubeVirt's default, bridge.
+                ("g", &Bridge, &Up),
+            ]
+        );
+        let b = &got[1];
+        assert_eq!(b.model.as_deref(), Some("e1000"));
+        assert_eq!(b.mac_address.as_deref(), Some("02:00:00:00:00:02"));
+        assert_eq!(b.boot_order, Some(2));
+        // A port out of range is dropped, not wrapped.
+        assert_eq!(b.ports.len(), 1);
+        assert_eq!((b.ports[0].protocol.as_str(), b.ports[0].port), ("TCP", 80));
+        assert_eq!((got[0].model.as_ref(), got[0].mac_address.as_ref()), (None, None));
+    }
 }
