@@ -15,6 +15,12 @@ pub const POD_VM_LABEL: &str = "vm.kubevirt.io/name";
 /// Label weft's controller puts on the claims it creates, naming their VM.
 pub const CLAIM_VM_LABEL: &str = "kubevirt.io/vm";
 
+/// The name of VM `vm`'s claim for its network `network` (the VM's network name, not the
+/// NAD's): `<vm>.<network>`, ipam-extensions' convention.
+pub fn claim_name(vm: &str, network: &str) -> String {
+    format!("{vm}.{network}")
+}
+
 /// Why the VM's claims do not name one claim for the attachment.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VmClaimError {
@@ -46,7 +52,7 @@ pub fn match_vm_claim<'a>(
     network: &str,
     claims: &'a [IpamClaim],
 ) -> Result<Option<&'a IpamClaim>, VmClaimError> {
-    let prefix = format!("{vm}.");
+    let prefix = claim_name(vm, "");
     let candidates: Vec<&IpamClaim> = claims
         .iter()
         .filter(|c| {

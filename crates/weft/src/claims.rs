@@ -2,13 +2,16 @@
 //! `<vm>.<network>` per secondary network whose NAD allows persistent IPs, owned by the VM,
 //! deleted (and its addresses released) when the VM goes away.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use serde::Deserialize;
 use serde_json::Value;
 use weft_ipam::IpamClaim;
+use weft_ipam::vm_claim::claim_name;
 use weft_netconf::NetworkAttachmentDefinition;
 use weft_store::{Api, ListOptions, OwnerReference, Resource, Store};
+use weft_vm::api::Network;
 use weft_vm::{VirtualMachine, VirtualMachineInstance};
 
 /// Label on claims naming their VM (weft-ipam finds a launcher pod's claims by it).
@@ -104,9 +107,9 @@ pub fn claim_for(vm: &VirtualMachine, network: &str, cni_network: &str) -> IpamC
 /// with the NAD each network names.
 fn candidate_claims(vm: &VirtualMachine) -> impl Iterator<Item = (String, &str, &str)> {
     vm.spec.template.spec.networks.iter().filter_map(|network| {
-        let multus = network.multus.as_ref().filter(|m| !m.default)?;
+        let multus = network.multus.as_ref().filter(|_| network.is_secondary())?;
         Some((
-            format!("{}.{}", vm.metadata.name, network.name),
+            claim_name(&vm.metadata.name, &network.name),
             network.name.as_str(),
             multus.network_name.as_str(),
         ))
@@ -125,13 +128,8 @@ pub async fn claim_names_for_vmi(
         .unwrap_or(&vmi.metadata.name);
     let api = Api::<IpamClaim>::namespaced(store.clone(), &ns);
     let mut out = BTreeMap::new();
-    for network in vmi
-        .spec
-        .networks
-        .iter()
-        .filter(|n| n.multus.as_ref().is_some_and(|m| !m.default))
-    {
-        let name = format!("{vm}.{}", network.name);
+    for network in vmi.spec.networks.iter().filter(|n| n.is_secondary()) {
+        let name = claim_name(vm, &network.name);
         if api.get(&name).await?.is_some() {
             out.insert(weft_vm::hashed_pod_interface_name(&network.name), name);
         }
@@ -166,58 +164,39 @@ pub async fn collect_if_orphan(store: &Arc<dyn Store>, ns: &str, name: &str) -> 
     if vm.is_some_and(|vm| vm.metadata.uid.as_deref() == Some(owner.uid.as_str())) {
         return Ok(());
     }
-    delete_orphans(store, &[], vec![claim]).await
+    delete_and_release(store, &claim).await
 }
 
 /// The claims a VM object may have (`<vm>.<network>` per secondary Multus network of its
-/// template), read from the raw object as a watch delivered it (pure).
+/// template), read from the raw object as a watch delivered it (pure). A template whose
+/// networks do not parse has none (the VM's admission names the error).
 pub fn claim_names_of_vm_object(vm: &weft_store::Object) -> Vec<String> {
     let networks = vm
         .data
         .get("spec")
         .and_then(|spec| spec.pointer("/template/spec/networks"))
-        .and_then(Value::as_array);
+        .and_then(|n| Vec::<Network>::deserialize(n).ok())
+        .unwrap_or_default();
     networks
-        .into_iter()
-        .flatten()
-        .filter(|n| {
-            n.get("multus")
-                .is_some_and(|m| !m.get("default").and_then(Value::as_bool).unwrap_or(false))
-        })
-        .filter_map(|n| n.get("name").and_then(Value::as_str))
-        .map(|network| format!("{}.{network}", vm.metadata.name))
+        .iter()
+        .filter(|n| n.is_secondary())
+        .map(|n| claim_name(&vm.metadata.name, &n.name))
         .collect()
 }
 
-/// Delete those of `claims` whose VM is not among `vms`, releasing their addresses.
-async fn delete_orphans(
-    store: &Arc<dyn Store>,
-    vms: &[VirtualMachine],
-    claims: Vec<IpamClaim>,
-) -> anyhow::Result<()> {
-    let live: BTreeSet<String> = vms.iter().filter_map(|v| v.metadata.uid.clone()).collect();
-    for claim in claims {
-        let owned_by_vm = claim
-            .metadata
-            .owner_references
-            .iter()
-            .find(|o| o.kind == VirtualMachine::KIND);
-        if let Some(owner) = owned_by_vm
-            && !live.contains(&owner.uid)
-        {
-            let ns = claim.metadata.namespace.clone().unwrap_or_default();
-            // Delete the claim first: an ADD racing with us can then no longer allocate for it.
-            Api::<IpamClaim>::namespaced(store.clone(), &ns)
-                .delete(&claim.metadata.name)
-                .await?;
-            weft_ipam::release_claim(
-                store,
-                &weft_ipam::claim::claim_reference(&ns, &claim.metadata.name),
-            )
-            .await?;
-            tracing::info!(claim = %claim.metadata.name, "VM gone: claim deleted, addresses released");
-        }
-    }
+/// Delete an orphaned claim, then release its addresses.
+async fn delete_and_release(store: &Arc<dyn Store>, claim: &IpamClaim) -> anyhow::Result<()> {
+    let ns = claim.metadata.namespace.clone().unwrap_or_default();
+    // Delete the claim first: an ADD racing with us can then no longer allocate for it.
+    Api::<IpamClaim>::namespaced(store.clone(), &ns)
+        .delete(&claim.metadata.name)
+        .await?;
+    weft_ipam::release_claim(
+        store,
+        &weft_ipam::claim::claim_reference(&ns, &claim.metadata.name),
+    )
+    .await?;
+    tracing::info!(claim = %claim.metadata.name, "VM gone: claim deleted, addresses released");
     Ok(())
 }
 
@@ -293,6 +272,28 @@ mod tests {
             json!({"name": "green", "plugins": [{"type": "bridge", "allowPersistentIPs": true}]}),
         );
         assert_eq!(persistent_network_of(&list).as_deref(), Some("green"));
+    }
+
+    #[test]
+    fn a_vm_object_may_have_a_claim_per_secondary_multus_network() {
+        let object = |networks: Value| weft_store::Object {
+            api_version: "kubevirt.io/v1".into(),
+            kind: "VirtualMachine".into(),
+            metadata: weft_store::ObjectMeta::named(Some("ns"), "vm1"),
+            data: serde_json::json!({"spec": {"template": {"spec": {"networks": networks}}}})
+                .as_object()
+                .unwrap()
+                .clone(),
+        };
+        let vm = object(serde_json::json!([
+            {"name": "default", "pod": {}},
+            {"name": "blue", "multus": {"networkName": "tenant-blue"}},
+            {"name": "primary", "multus": {"networkName": "x", "default": true}},
+            {"name": "red", "multus": {"networkName": "ns2/red"}}
+        ]));
+        assert_eq!(claim_names_of_vm_object(&vm), ["vm1.blue", "vm1.red"]);
+        assert!(claim_names_of_vm_object(&object(serde_json::json!("not a list"))).is_empty());
+        assert!(claim_names_of_vm_object(&object(Value::Null)).is_empty());
     }
 
     #[test]
