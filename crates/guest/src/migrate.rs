@@ -61,6 +61,26 @@ pub fn announce_self() -> Value {
     }})
 }
 
+/// What a migration target's `query-status` run status asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetRunStatus {
+    /// The guest runs (QEMU resumed it after the incoming state).
+    Running,
+    /// Paused after the incoming state (`paused`, `postmigrate`): it needs `cont`.
+    NeedsCont,
+    /// Not there yet (`inmigrate`, ...).
+    NotYet,
+}
+
+/// Read a target's `query-status` `status` string.
+pub fn target_run_status(status: &str) -> TargetRunStatus {
+    match status {
+        "running" => TargetRunStatus::Running,
+        "paused" | "postmigrate" => TargetRunStatus::NeedsCont,
+        _ => TargetRunStatus::NotYet,
+    }
+}
+
 /// Where a migration is, from `query-migrate`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -107,6 +127,12 @@ impl MigrationProgress {
         }
     }
 
+    /// Whether this progress is worth writing after `written` (the last written): it differs,
+    /// and a migration has begun (`status` is not `none`).
+    pub fn is_news(&self, written: Option<&Self>) -> bool {
+        written != Some(self) && self.status != "none"
+    }
+
     /// The migration is over (whatever the outcome).
     pub fn is_final(&self) -> bool {
         matches!(self.status.as_str(), "completed" | "failed" | "cancelled")
@@ -132,6 +158,43 @@ impl MigrationProgress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_target_run_status_says_whether_to_cont() {
+        let cases = [
+            ("running", TargetRunStatus::Running),
+            ("paused", TargetRunStatus::NeedsCont),
+            ("postmigrate", TargetRunStatus::NeedsCont),
+            ("inmigrate", TargetRunStatus::NotYet),
+            ("prelaunch", TargetRunStatus::NotYet),
+            ("", TargetRunStatus::NotYet),
+        ];
+        for (status, want) in cases {
+            assert_eq!(target_run_status(status), want, "{status}");
+        }
+    }
+
+    #[test]
+    fn progress_is_written_when_it_is_news() {
+        let none = MigrationProgress {
+            status: "none".into(),
+            ..Default::default()
+        };
+        let active = MigrationProgress {
+            status: "active".into(),
+            transferred_bytes: 10,
+            ..Default::default()
+        };
+        let further = MigrationProgress {
+            transferred_bytes: 20,
+            ..active.clone()
+        };
+        assert!(!none.is_news(None));
+        assert!(!none.is_news(Some(&active)));
+        assert!(active.is_news(None));
+        assert!(!active.is_news(Some(&active)));
+        assert!(further.is_news(Some(&active)));
+    }
 
     #[test]
     fn failure_reasons() {

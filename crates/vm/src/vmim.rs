@@ -1,16 +1,21 @@
 //! The `VirtualMachineInstanceMigration` phase machine: from what the controller observes (the
 //! VMI's `status.migrationState`, the target pod, the clock) to the next phase and what the
-//! controller does. Pure: the controller applies the [`MigrationStep`].
+//! controller does. Pure: the controller applies the [`MigrationStep`]. The node agents'
+//! decisions are here too: [`target_action`] on the target node, [`source_action`] on the
+//! source, and the `migrationState` changes each writes (`record_*`, [`end_source_state`]).
 //!
 //! Each pass moves at most one phase forward along KubeVirt's sequence (Pending, Scheduling,
 //! Scheduled, PreparingTarget, TargetReady, Running, Succeeded), so every phase appears in
 //! `phaseTransitionTimestamps`; `Failed` is reached from any phase.
+
+use std::net::{IpAddr, SocketAddr};
 
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
 use crate::api::{
     Condition, MigrationState, MigrationStatus, VirtualMachineInstance, VirtualMachineInstanceMigration,
+    VmiStatus,
 };
 
 /// KubeVirt's `completionTimeoutPerGiB` default: a migration may run this long per GiB of
@@ -144,6 +149,13 @@ pub struct MigrationActions {
     pub fail_state: bool,
     /// The guest runs on the target: delete the source pod, the target pod becomes the VMI's.
     pub hand_over: bool,
+}
+
+impl MigrationActions {
+    /// The VMI's `migrationState` changes ([`step_state_change`]): an abort or a failure.
+    pub fn changes_state(&self) -> bool {
+        self.abort_source || self.fail_state
+    }
 }
 
 /// The decision for one pass.
@@ -473,6 +485,275 @@ pub fn update_vmi_migration_state(
     };
     change(&mut state);
     set_vmi_migration_state(vmi, &state)
+}
+
+/// What the target node observes about its launcher pod on one pass (the VMI's
+/// `migrationState` being this migration's).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TargetObservation {
+    /// The target guest exited: how (`None` while it runs, or without a guest).
+    pub guest_exit: Option<String>,
+    /// The target pod's phase is `Running`.
+    pub pod_running: bool,
+    /// This pod already listens for this migration (its target side has this uid).
+    pub listening: bool,
+    /// The guest already runs here (resumed and announced).
+    pub resumed: bool,
+}
+
+/// What the target node does on this pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetAction {
+    /// The migration failed: end the target side.
+    End,
+    /// The target QEMU exited (`how`): the target pod fails ([`target_exit_reason`]), the
+    /// source guest runs on.
+    FailPod {
+        /// How the QEMU exited.
+        how: String,
+    },
+    /// Nothing yet.
+    Wait,
+    /// Listen for the incoming state and record where ([`record_target_listening`]).
+    Listen,
+    /// The state is across: resume the guest here, announce it ([`record_target_ready`]).
+    Resume,
+}
+
+/// The target node's decision for one pass.
+pub fn target_action(state: &MigrationState, obs: TargetObservation) -> TargetAction {
+    if state.failed {
+        return TargetAction::End;
+    }
+    if let Some(how) = obs.guest_exit {
+        return TargetAction::FailPod { how };
+    }
+    if !obs.pod_running {
+        return TargetAction::Wait;
+    }
+    if !obs.listening {
+        return TargetAction::Listen;
+    }
+    if obs.resumed || !state.completed {
+        return TargetAction::Wait;
+    }
+    TargetAction::Resume
+}
+
+/// The failed target pod's message: how its QEMU exited and its log.
+pub fn target_exit_reason(how: &str, log: &str) -> String {
+    format!("the migration target's QEMU exited ({how}) {}", log.trim())
+}
+
+/// The target listens at `address`: record it (target ready for the source).
+pub fn record_target_listening(state: &mut MigrationState, address: SocketAddr) {
+    state.target_node_address = address.ip().to_string();
+    state.target_direct_migration_node_ports = [(address.port().to_string(), 0)].into();
+    state.target_node_domain_detected = true;
+}
+
+/// The guest runs on the target since `now`.
+pub fn record_target_ready(state: &mut MigrationState, now: &str) {
+    state.target_node_domain_ready_timestamp = Some(now.into());
+}
+
+/// What the source node observes about its launcher pod on one pass (the VMI's
+/// `migrationState` naming this pod as the source).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SourceObservation<'a> {
+    /// The uid of the transfer this pod runs, if it runs one.
+    pub running: Option<&'a str>,
+    /// This pod finished the state's migration already (never started again).
+    pub done: bool,
+    /// A guest runs in the pod (none with `--no-guests`).
+    pub has_guest: bool,
+}
+
+/// What the source node does on this pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceAction {
+    /// Nothing.
+    Wait,
+    /// No guest to transfer (`--no-guests`): the migration completes at once
+    /// ([`complete_without_guest`]).
+    CompleteWithoutGuest,
+    /// Start the transfer to `target` ([`record_source_started`]).
+    Start {
+        /// The target node's migration proxy.
+        target: SocketAddr,
+    },
+    /// Follow the running transfer: its progress and its end; `cancel` it first when an abort
+    /// was asked for.
+    Follow {
+        /// `abortRequested`: cancel the transfer.
+        cancel: bool,
+    },
+}
+
+/// Why the target's address in a `migrationState` cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TargetAddressError {
+    /// No `targetDirectMigrationNodePorts` entry with role 0, or its port does not parse.
+    #[error("migrationState has no target port")]
+    NoPort,
+    /// `targetNodeAddress` is not an IP address.
+    #[error("migrationState.targetNodeAddress: {0:?} is not an IP address")]
+    BadAddress(String),
+}
+
+/// Where the source sends: `targetNodeAddress` and the main stream's (role 0) port.
+pub fn target_address(state: &MigrationState) -> Result<SocketAddr, TargetAddressError> {
+    let port = state
+        .target_direct_migration_node_ports
+        .iter()
+        .find(|(_, role)| **role == 0)
+        .and_then(|(port, _)| port.parse::<u16>().ok())
+        .ok_or(TargetAddressError::NoPort)?;
+    let ip: IpAddr = state
+        .target_node_address
+        .parse()
+        .map_err(|_| TargetAddressError::BadAddress(state.target_node_address.clone()))?;
+    Ok(SocketAddr::new(ip, port))
+}
+
+/// The source node's decision for one pass: start once the target is ready (not over, no
+/// abort, not done before), follow a running transfer of this migration.
+pub fn source_action(
+    state: &MigrationState,
+    obs: SourceObservation,
+) -> Result<SourceAction, TargetAddressError> {
+    if let Some(uid) = obs.running {
+        if uid != state.migration_uid {
+            return Ok(SourceAction::Wait);
+        }
+        return Ok(SourceAction::Follow {
+            cancel: state.abort_requested,
+        });
+    }
+    let startable =
+        !state.is_final() && !state.abort_requested && !state.target_node_address.is_empty() && !obs.done;
+    if !startable {
+        return Ok(SourceAction::Wait);
+    }
+    if !obs.has_guest {
+        return Ok(SourceAction::CompleteWithoutGuest);
+    }
+    Ok(SourceAction::Start {
+        target: target_address(state)?,
+    })
+}
+
+/// The source started sending at `now` (pre-copy).
+pub fn record_source_started(state: &mut MigrationState, now: &str) {
+    state.start_timestamp = Some(now.into());
+    state.mode = MODE_PRE_COPY.into();
+}
+
+/// No guest to transfer (`--no-guests`): started and completed at `now`.
+pub fn complete_without_guest(state: &mut MigrationState, now: &str) {
+    record_source_started(state, now);
+    state.end_timestamp = Some(now.into());
+    state.completed = true;
+}
+
+/// A migration object's phase (`None`: new, or a phase weft does not know).
+pub fn migration_phase(vmim: &VirtualMachineInstanceMigration) -> Option<MigrationPhase> {
+    MigrationPhase::parse(vmim.status.as_ref().map(|s| s.phase.as_str()).unwrap_or(""))
+}
+
+/// Order a VMI's migrations oldest first: by `creationTimestamp`, then `resourceVersion`
+/// (numeric; one that does not parse counts as 0).
+pub fn sort_migrations(migrations: &mut [VirtualMachineInstanceMigration]) {
+    migrations.sort_by_key(|m| {
+        let rv: u64 = m
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or("0")
+            .parse()
+            .unwrap_or(0);
+        (m.metadata.creation_timestamp.clone(), rv)
+    });
+}
+
+/// The migration the controller drives among `migrations` (oldest first): the first that is
+/// not over. None: no migration in progress.
+pub fn driven_migration(
+    migrations: &[VirtualMachineInstanceMigration],
+) -> Option<&VirtualMachineInstanceMigration> {
+    migrations
+        .iter()
+        .find(|m| !migration_phase(m).is_some_and(MigrationPhase::is_final))
+}
+
+/// The uids of the `Failed` migrations among `migrations`: their target pods go.
+pub fn failed_migration_uids(migrations: &[VirtualMachineInstanceMigration]) -> Vec<&str> {
+    migrations
+        .iter()
+        .filter(|m| migration_phase(m) == Some(MigrationPhase::Failed))
+        .filter_map(|m| m.metadata.uid.as_deref())
+        .collect()
+}
+
+/// The VMI's `migrationState` when its migration object is gone (none of `migrations` has its
+/// uid): the abort ([`orphaned_state_step`]).
+pub fn orphaned_state<'a>(
+    state: Option<&'a MigrationState>,
+    migrations: &[VirtualMachineInstanceMigration],
+) -> Option<&'a MigrationState> {
+    state.filter(|s| {
+        !migrations
+            .iter()
+            .any(|m| m.metadata.uid.as_deref() == Some(s.migration_uid.as_str()))
+    })
+}
+
+/// Why an unstarted migration whose object was deleted failed.
+pub const ABORTED_BY_DELETION: &str = "aborted: the migration object was deleted";
+
+/// [`OrphanedStateStep::AbortUnstarted`]'s change at `now`: the abort asked for and answered
+/// (nothing was sent), the state failed ([`end_source_state`] of a cancelled transfer).
+pub fn abort_unstarted(state: &mut MigrationState, now: &str) {
+    state.abort_requested = true;
+    let aborted = SourceOutcome::Failed {
+        reason: ABORTED_BY_DELETION.into(),
+        aborted: true,
+    };
+    end_source_state(state, &aborted, now);
+}
+
+/// The step of a migration whose target could not be created (`error`): Failed, nothing
+/// else to do (no state was recorded, no pod exists).
+pub fn target_creation_failed(error: String) -> MigrationStep {
+    MigrationStep {
+        phase: MigrationPhase::Failed,
+        reason: Some(error),
+        actions: MigrationActions::default(),
+    }
+}
+
+/// `step`'s change to the VMI's `migrationState` at `now`: `abortRequested` for
+/// [`MigrationActions::abort_source`], [`fail_state`] with the step's reason for
+/// [`MigrationActions::fail_state`] (the controller writes it when
+/// [`MigrationActions::changes_state`]).
+pub fn step_state_change(state: &mut MigrationState, step: &MigrationStep, now: &str) {
+    if step.actions.abort_source {
+        state.abort_requested = true;
+    }
+    if step.actions.fail_state {
+        fail_state(state, step.reason.as_deref().unwrap_or_default(), now);
+    }
+}
+
+/// The hand-over's change to the VMI's status: it runs on `node`, and (the target having the
+/// networks the VMI asks for) no migration is required any more. Returns whether it changed.
+pub fn hand_over_status(status: &mut VmiStatus, node: &str) -> bool {
+    let before = status.clone();
+    status.node_name = node.into();
+    status
+        .conditions
+        .retain(|c| c.type_ != crate::migration::MIGRATION_REQUIRED);
+    *status != before
 }
 
 #[cfg(test)]
@@ -828,5 +1109,387 @@ mod tests {
         assert!(state.failed && state.is_final());
         assert_eq!(state.failure_reason, "boom");
         assert_eq!(state.end_timestamp.as_deref(), Some("t0"));
+    }
+
+    #[test]
+    fn the_target_node_acts_on_what_it_observes() {
+        let open = MigrationState::default();
+        let completed = MigrationState {
+            completed: true,
+            ..Default::default()
+        };
+        let failed = MigrationState {
+            failed: true,
+            ..Default::default()
+        };
+        let seen = |exit: Option<&str>, running, listening, resumed| TargetObservation {
+            guest_exit: exit.map(Into::into),
+            pod_running: running,
+            listening,
+            resumed,
+        };
+        let fail = || TargetAction::FailPod {
+            how: "signal 9".into(),
+        };
+        let cases = [
+            // The migration failed: the target side ends, whatever else holds.
+            (
+                &failed,
+                seen(Some("signal 9"), true, true, false),
+                TargetAction::End,
+            ),
+            (&failed, seen(None, false, false, false), TargetAction::End),
+            // The target QEMU exited: its pod fails, even before it runs.
+            (&open, seen(Some("signal 9"), false, false, false), fail()),
+            (&completed, seen(Some("signal 9"), true, true, true), fail()),
+            // Not running yet.
+            (&open, seen(None, false, false, false), TargetAction::Wait),
+            (&completed, seen(None, false, true, false), TargetAction::Wait),
+            // Running, no target side for this uid yet: listen.
+            (&open, seen(None, true, false, false), TargetAction::Listen),
+            (&completed, seen(None, true, false, false), TargetAction::Listen),
+            // Listening: wait for the state, resume once.
+            (&open, seen(None, true, true, false), TargetAction::Wait),
+            (&completed, seen(None, true, true, false), TargetAction::Resume),
+            (&completed, seen(None, true, true, true), TargetAction::Wait),
+        ];
+        for (state, obs, want) in cases {
+            assert_eq!(target_action(state, obs.clone()), want, "{state:?} {obs:?}");
+        }
+        assert_eq!(
+            target_exit_reason("exit status: 1", "  qemu: no such device\n"),
+            "the migration target's QEMU exited (exit status: 1) qemu: no such device"
+        );
+        assert_eq!(
+            target_exit_reason("signal 9", ""),
+            "the migration target's QEMU exited (signal 9) "
+        );
+    }
+
+    #[test]
+    fn the_target_records_where_it_listens_and_when_it_runs() {
+        let mut state = MigrationState::default();
+        record_target_listening(&mut state, "172.31.255.2:40123".parse().unwrap());
+        assert_eq!(state.target_node_address, "172.31.255.2");
+        assert_eq!(
+            state.target_direct_migration_node_ports,
+            [("40123".to_string(), 0)].into()
+        );
+        assert!(state.target_node_domain_detected);
+        assert_eq!(target_address(&state), Ok("172.31.255.2:40123".parse().unwrap()));
+        // No guest (`--no-guests`): port 0, the address still says "ready".
+        let mut bare = MigrationState::default();
+        record_target_listening(&mut bare, "172.31.255.3:0".parse().unwrap());
+        assert_eq!(
+            bare.target_direct_migration_node_ports,
+            [("0".to_string(), 0)].into()
+        );
+        assert!(bare.target_node_domain_ready_timestamp.is_none());
+        record_target_ready(&mut bare, "t0");
+        assert_eq!(bare.target_node_domain_ready_timestamp.as_deref(), Some("t0"));
+    }
+
+    #[test]
+    fn the_target_address_needs_a_main_port_and_an_ip() {
+        let state = |address: &str, ports: &[(&str, u16)]| MigrationState {
+            target_node_address: address.into(),
+            target_direct_migration_node_ports: ports.iter().map(|(p, r)| (p.to_string(), *r)).collect(),
+            ..Default::default()
+        };
+        let cases: [(MigrationState, Result<SocketAddr, TargetAddressError>); 6] = [
+            (
+                state("10.0.0.2", &[("4000", 0)]),
+                Ok("10.0.0.2:4000".parse().unwrap()),
+            ),
+            (
+                state("fd00::2", &[("4001", 1), ("4000", 0)]),
+                Ok("[fd00::2]:4000".parse().unwrap()),
+            ),
+            (state("10.0.0.2", &[]), Err(TargetAddressError::NoPort)),
+            (state("10.0.0.2", &[("4001", 1)]), Err(TargetAddressError::NoPort)),
+            (state("10.0.0.2", &[("http", 0)]), Err(TargetAddressError::NoPort)),
+            (
+                state("node-b", &[("4000", 0)]),
+                Err(TargetAddressError::BadAddress("node-b".into())),
+            ),
+        ];
+        for (state, want) in cases {
+            assert_eq!(target_address(&state), want, "{state:?}");
+        }
+        assert_eq!(
+            TargetAddressError::NoPort.to_string(),
+            "migrationState has no target port"
+        );
+    }
+
+    #[test]
+    fn the_source_node_acts_on_what_it_observes() {
+        let ready = MigrationState {
+            migration_uid: "u".into(),
+            target_node_address: "10.0.0.2".into(),
+            target_direct_migration_node_ports: [("4000".to_string(), 0)].into(),
+            ..Default::default()
+        };
+        let preparing = MigrationState {
+            target_node_address: String::new(),
+            ..ready.clone()
+        };
+        let aborting = MigrationState {
+            abort_requested: true,
+            ..ready.clone()
+        };
+        let over = MigrationState {
+            failed: true,
+            ..ready.clone()
+        };
+        let no_port = MigrationState {
+            target_direct_migration_node_ports: Default::default(),
+            ..ready.clone()
+        };
+        let seen = |running, done, has_guest| SourceObservation {
+            running,
+            done,
+            has_guest,
+        };
+        let start = Ok(SourceAction::Start {
+            target: "10.0.0.2:4000".parse().unwrap(),
+        });
+        let cases = [
+            // Nothing running: start once the target is ready.
+            (&ready, seen(None, false, true), start),
+            (
+                &ready,
+                seen(None, false, false),
+                Ok(SourceAction::CompleteWithoutGuest),
+            ),
+            (&preparing, seen(None, false, true), Ok(SourceAction::Wait)),
+            (&aborting, seen(None, false, true), Ok(SourceAction::Wait)),
+            (&over, seen(None, false, true), Ok(SourceAction::Wait)),
+            (&ready, seen(None, true, true), Ok(SourceAction::Wait)),
+            (&no_port, seen(None, false, true), Err(TargetAddressError::NoPort)),
+            // Without a guest the port is not needed.
+            (
+                &no_port,
+                seen(None, false, false),
+                Ok(SourceAction::CompleteWithoutGuest),
+            ),
+            // Running: follow it, cancelling on an abort; another migration's transfer waits.
+            (
+                &ready,
+                seen(Some("u"), false, true),
+                Ok(SourceAction::Follow { cancel: false }),
+            ),
+            (
+                &aborting,
+                seen(Some("u"), false, true),
+                Ok(SourceAction::Follow { cancel: true }),
+            ),
+            (
+                &over,
+                seen(Some("u"), false, true),
+                Ok(SourceAction::Follow { cancel: false }),
+            ),
+            (&aborting, seen(Some("old"), false, true), Ok(SourceAction::Wait)),
+        ];
+        for (state, obs, want) in cases {
+            assert_eq!(source_action(state, obs.clone()), want, "{state:?} {obs:?}");
+        }
+    }
+
+    #[test]
+    fn the_source_records_its_start() {
+        let mut started = MigrationState::default();
+        record_source_started(&mut started, "t0");
+        assert_eq!(started.start_timestamp.as_deref(), Some("t0"));
+        assert_eq!(started.mode, MODE_PRE_COPY);
+        assert!(!started.is_final() && started.end_timestamp.is_none());
+        let mut bare = MigrationState::default();
+        complete_without_guest(&mut bare, "t1");
+        assert_eq!(bare.start_timestamp.as_deref(), Some("t1"));
+        assert_eq!(bare.end_timestamp.as_deref(), Some("t1"));
+        assert_eq!(bare.mode, MODE_PRE_COPY);
+        assert!(bare.completed && !bare.failed);
+    }
+
+    fn migration(
+        uid: &str,
+        phase: &str,
+        created: Option<&str>,
+        rv: Option<&str>,
+    ) -> VirtualMachineInstanceMigration {
+        let mut m = VirtualMachineInstanceMigration::default();
+        m.metadata.uid = Some(uid.into());
+        m.metadata.creation_timestamp = created.map(Into::into);
+        m.metadata.resource_version = rv.map(Into::into);
+        if !phase.is_empty() {
+            m.status = Some(MigrationStatus {
+                phase: phase.into(),
+                ..Default::default()
+            });
+        }
+        m
+    }
+
+    fn uids(migrations: &[VirtualMachineInstanceMigration]) -> Vec<&str> {
+        migrations
+            .iter()
+            .filter_map(|m| m.metadata.uid.as_deref())
+            .collect()
+    }
+
+    /// Migrations by uid and phase.
+    type Phases<'a> = &'a [(&'a str, &'a str)];
+
+    #[test]
+    fn migrations_are_driven_oldest_first_one_at_a_time() {
+        let mut all = vec![
+            migration("c", "", Some("2026-01-01T00:00:02Z"), Some("5")),
+            migration("b", "Running", Some("2026-01-01T00:00:01Z"), Some("12")),
+            migration("a", "Succeeded", Some("2026-01-01T00:00:01Z"), Some("9")),
+            migration("z", "Pending", None, Some("bogus")),
+        ];
+        sort_migrations(&mut all);
+        // No timestamp first; same second: by numeric resourceVersion (9 before 12).
+        assert_eq!(uids(&all), ["z", "a", "b", "c"]);
+        assert_eq!(migration_phase(&all[0]), Some(Pending));
+        assert_eq!(migration_phase(&all[3]), None);
+        assert_eq!(
+            driven_migration(&all).and_then(|m| m.metadata.uid.as_deref()),
+            Some("z")
+        );
+        let cases: [(Phases, Option<&str>); 5] = [
+            (&[], None),
+            (&[("a", "Succeeded"), ("b", "Failed")], None),
+            (&[("a", "Succeeded"), ("b", "Running"), ("c", "")], Some("b")),
+            (&[("a", "Failed"), ("c", "")], Some("c")),
+            (&[("a", "Whatever")], Some("a")),
+        ];
+        for (phases, want) in cases {
+            let all: Vec<_> = phases.iter().map(|(u, p)| migration(u, p, None, None)).collect();
+            assert_eq!(
+                driven_migration(&all).and_then(|m| m.metadata.uid.as_deref()),
+                want,
+                "{phases:?}"
+            );
+        }
+        let all: Vec<_> = [
+            ("a", "Failed"),
+            ("b", "Succeeded"),
+            ("c", "Failed"),
+            ("d", "Running"),
+        ]
+        .iter()
+        .map(|(u, p)| migration(u, p, None, None))
+        .collect();
+        assert_eq!(failed_migration_uids(&all), ["a", "c"]);
+    }
+
+    #[test]
+    fn a_state_is_orphaned_when_its_migration_object_is_gone() {
+        let all = vec![migration("a", "Running", None, None)];
+        let own = MigrationState {
+            migration_uid: "a".into(),
+            ..Default::default()
+        };
+        let gone = MigrationState {
+            migration_uid: "b".into(),
+            ..Default::default()
+        };
+        assert_eq!(orphaned_state(Some(&own), &all), None);
+        assert_eq!(orphaned_state(Some(&gone), &all), Some(&gone));
+        assert_eq!(orphaned_state(Some(&own), &[]), Some(&own));
+        assert_eq!(orphaned_state(None, &all), None);
+    }
+
+    #[test]
+    fn an_unstarted_abort_fails_the_state_and_succeeds() {
+        let mut state = MigrationState {
+            migration_uid: "u".into(),
+            ..Default::default()
+        };
+        abort_unstarted(&mut state, "t0");
+        assert!(state.abort_requested && state.failed && !state.completed);
+        assert_eq!(state.abort_status, "Succeeded");
+        assert_eq!(state.failure_reason, "aborted: the migration object was deleted");
+        assert_eq!(state.end_timestamp.as_deref(), Some("t0"));
+        assert!(state.start_timestamp.is_none());
+    }
+
+    #[test]
+    fn a_step_changes_the_state_for_an_abort_or_a_failure() {
+        let step = |abort_source, fail_state| MigrationStep {
+            phase: Failed,
+            reason: Some("boom".into()),
+            actions: MigrationActions {
+                abort_source,
+                fail_state,
+                ..Default::default()
+            },
+        };
+        let cases = [
+            (false, false, false, false),
+            (true, false, true, false),
+            (false, true, false, true),
+            (true, true, true, true),
+        ];
+        for (abort, fail, want_abort, want_fail) in cases {
+            let step = step(abort, fail);
+            assert_eq!(step.actions.changes_state(), abort || fail);
+            let mut state = MigrationState::default();
+            step_state_change(&mut state, &step, "t0");
+            assert_eq!(state.abort_requested, want_abort, "{abort} {fail}");
+            assert_eq!(state.failed, want_fail, "{abort} {fail}");
+            if want_fail {
+                assert_eq!(state.failure_reason, "boom");
+                assert_eq!(state.end_timestamp.as_deref(), Some("t0"));
+            } else {
+                assert_eq!(
+                    state,
+                    MigrationState {
+                        abort_requested: want_abort,
+                        ..Default::default()
+                    }
+                );
+            }
+        }
+        // A failure without a reason fails with an empty one.
+        let mut state = MigrationState::default();
+        let mut quiet = step(false, true);
+        quiet.reason = None;
+        step_state_change(&mut state, &quiet, "t1");
+        assert!(state.failed && state.failure_reason.is_empty());
+        // The target could not be created: Failed with the error, nothing to undo.
+        let failed = target_creation_failed("no node to migrate to".into());
+        assert_eq!(failed.phase, Failed);
+        assert_eq!(failed.reason.as_deref(), Some("no node to migrate to"));
+        assert_eq!(failed.actions, MigrationActions::default());
+        assert!(!failed.actions.changes_state());
+    }
+
+    #[test]
+    fn the_hand_over_moves_the_vmi_and_drops_migration_required() {
+        let condition = |type_: &str| Condition {
+            type_: type_.into(),
+            status: "True".into(),
+            ..Default::default()
+        };
+        let mut status = VmiStatus {
+            node_name: "node-a".into(),
+            conditions: vec![
+                condition("Ready"),
+                condition(crate::migration::MIGRATION_REQUIRED),
+            ],
+            ..Default::default()
+        };
+        assert!(hand_over_status(&mut status, "node-b"));
+        assert_eq!(status.node_name, "node-b");
+        assert_eq!(status.conditions, vec![condition("Ready")]);
+        assert!(!hand_over_status(&mut status, "node-b"));
+        // Only the condition left to drop: still a change.
+        status
+            .conditions
+            .push(condition(crate::migration::MIGRATION_REQUIRED));
+        assert!(hand_over_status(&mut status, "node-b"));
+        assert_eq!(status.conditions, vec![condition("Ready")]);
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use weft_store::{Api, ListOptions, Store};
 use weft_vm::api::MigrationState;
-use weft_vm::vmim::{self, MigrationObservation, MigrationPhase, OrphanedStateStep, TargetPod};
+use weft_vm::vmim::{self, MigrationObservation, OrphanedStateStep, TargetPod};
 use weft_vm::{VirtualMachineInstance, VirtualMachineInstanceMigration};
 
 use super::launcher_pod;
@@ -45,21 +45,8 @@ async fn migrations_of(
             .into_iter()
             .filter(|m| m.spec.vmi_name == vmi.metadata.name && m.metadata.deletion_timestamp.is_none())
             .collect();
-    all.sort_by_key(|m| {
-        let rv: u64 = m
-            .metadata
-            .resource_version
-            .as_deref()
-            .unwrap_or("0")
-            .parse()
-            .unwrap_or(0);
-        (m.metadata.creation_timestamp.clone(), rv)
-    });
+    vmim::sort_migrations(&mut all);
     Ok(all)
-}
-
-fn phase_of(vmim: &VirtualMachineInstanceMigration) -> Option<MigrationPhase> {
-    MigrationPhase::parse(vmim.status.as_ref().map(|s| s.phase.as_str()).unwrap_or(""))
 }
 
 /// Drive the VMI's migrations one step. Returns true while one is in progress.
@@ -76,20 +63,13 @@ pub async fn step(
             .find(|p| p.metadata.label(TARGET_LABEL) == Some(uid))
     };
     // Failed migrations: their target pods go.
-    for failed in migrations
-        .iter()
-        .filter(|m| phase_of(m) == Some(MigrationPhase::Failed))
-    {
-        if let Some(pod) = failed.metadata.uid.as_deref().and_then(target_of) {
+    for uid in vmim::failed_migration_uids(&migrations) {
+        if let Some(pod) = target_of(uid) {
             delete_pod(store, pod).await?;
         }
     }
     // A migration whose object was deleted: the abort.
-    if let Some(state) = state.as_ref().filter(|s| {
-        !migrations
-            .iter()
-            .any(|m| m.metadata.uid.as_deref() == Some(s.migration_uid.as_str()))
-    }) {
+    if let Some(state) = vmim::orphaned_state(state.as_ref(), &migrations) {
         let target = target_of(&state.migration_uid);
         let now = weft_store::now_rfc3339();
         match vmim::orphaned_state_step(state, target.is_some()) {
@@ -99,9 +79,7 @@ pub async fn step(
             }
             OrphanedStateStep::AbortUnstarted => {
                 update_state(store, vmi, &state.migration_uid, |s| {
-                    s.abort_requested = true;
-                    s.abort_status = "Succeeded".into();
-                    vmim::fail_state(s, "aborted: the migration object was deleted", &now);
+                    vmim::abort_unstarted(s, &now)
                 })
                 .await?;
                 if let Some(pod) = target {
@@ -118,16 +96,13 @@ pub async fn step(
             return Ok(true);
         }
     }
-    let Some(vmim) = migrations
-        .iter()
-        .find(|m| !phase_of(m).is_some_and(MigrationPhase::is_final))
-    else {
+    let Some(vmim) = vmim::driven_migration(&migrations) else {
         return Ok(false);
     };
     let uid = vmim.metadata.uid.clone().unwrap_or_default();
     let own_state = state.as_ref().filter(|s| s.migration_uid == uid);
     let target = target_of(&uid);
-    let phase = phase_of(vmim);
+    let phase = vmim::migration_phase(vmim);
     let since = vmim
         .status
         .as_ref()
@@ -158,24 +133,10 @@ pub async fn step(
     if decision.actions.create_target
         && let Err(e) = create_target(store, vmi, vmim, pods).await
     {
-        decision = vmim::MigrationStep {
-            phase: MigrationPhase::Failed,
-            reason: Some(format!("{e:#}")),
-            actions: Default::default(),
-        };
+        decision = vmim::target_creation_failed(format!("{e:#}"));
     }
-    if decision.actions.fail_state || decision.actions.abort_source {
-        let reason = decision.reason.clone().unwrap_or_default();
-        let (fail, abort) = (decision.actions.fail_state, decision.actions.abort_source);
-        update_state(store, vmi, &uid, |s| {
-            if abort {
-                s.abort_requested = true;
-            }
-            if fail {
-                vmim::fail_state(s, &reason, &now);
-            }
-        })
-        .await?;
+    if decision.actions.changes_state() {
+        update_state(store, vmi, &uid, |s| vmim::step_state_change(s, &decision, &now)).await?;
     }
     if decision.actions.delete_target
         && let Some(pod) = target
@@ -288,14 +249,7 @@ async fn hand_over(
     let to = target.spec.node_name.clone();
     Api::<VirtualMachineInstance>::namespaced(store.clone(), &ns)
         .modify_status(&vmi.metadata.name, |v| {
-            let status = v.status.get_or_insert_with(Default::default);
-            let before = status.clone();
-            status.node_name = to.clone();
-            // The target has the networks the VMI asks for: no migration is required any more.
-            status
-                .conditions
-                .retain(|c| c.type_ != weft_vm::migration::MIGRATION_REQUIRED);
-            *status != before
+            vmim::hand_over_status(v.status.get_or_insert_with(Default::default), &to)
         })
         .await?;
     Ok(())
@@ -342,10 +296,7 @@ pub async fn ensure_required_migration(
         return Ok(());
     }
     let migrations = migrations_of(store, vmi).await?;
-    if migrations
-        .iter()
-        .any(|m| !phase_of(m).is_some_and(MigrationPhase::is_final))
-    {
+    if vmim::driven_migration(&migrations).is_some() {
         return Ok(());
     }
     let mut vmim = new_migration(vmi.namespace(), &vmi.metadata.name, "kubevirt-workload-update-");

@@ -23,11 +23,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use weft_guest::migrate::{self, MigrationProgress};
+use weft_guest::migrate::{self, MigrationProgress, TargetRunStatus};
 use weft_guest::qmp::QmpClient;
 use weft_store::Api;
 use weft_vm::api::MigrationState;
-use weft_vm::vmim::{self, MIGRATION_JOB_LABEL, MIGRATION_PROGRESS_ANNOTATION, SourceOutcome as Outcome};
+use weft_vm::vmim::{
+    self, MIGRATION_JOB_LABEL, MIGRATION_PROGRESS_ANNOTATION, SourceAction, SourceOutcome as Outcome,
+    TargetAction,
+};
 use weft_vm::{VirtualMachineInstance, VirtualMachineInstanceMigration};
 
 use crate::agent::local::context::AgentContext;
@@ -181,67 +184,92 @@ async fn target_step(
     let Some(state) = vmim::vmi_migration_state(&vmi).filter(|s| s.migration_uid == uid) else {
         return Ok(());
     };
-    if state.failed {
-        end_target(migration).await;
-        return Ok(());
+    let own = migration.target.as_ref().filter(|t| t.uid == uid);
+    let observation = vmim::TargetObservation {
+        guest_exit: launcher.guest.as_mut().and_then(|g| g.exited()),
+        pod_running: pod.status.phase == "Running",
+        listening: own.is_some(),
+        resumed: own.is_some_and(|t| t.resumed),
+    };
+    match vmim::target_action(&state, observation) {
+        TargetAction::End => end_target(migration).await,
+        TargetAction::Wait => {}
+        TargetAction::FailPod { how } => fail_target(agent, pod, &how, launcher, migration).await?,
+        TargetAction::Listen => listen(agent, &ns, &state, uid, launcher, migration).await?,
+        TargetAction::Resume => resume(agent, &ns, uid, launcher, migration).await?,
     }
-    if let Some(how) = launcher.guest.as_mut().and_then(|g| g.exited()) {
-        // The target failed, not the VMI: its pod fails (the controller ends the migration
-        // and removes it); the source guest runs on.
-        let log = match launcher.guest.as_ref().map(|g| g.spec().qemu_log()) {
-            Some(file) => {
-                crate::sys::blocking(move || std::fs::read_to_string(file).unwrap_or_default()).await?
-            }
-            None => String::new(),
-        };
-        launcher.drop_guest().await;
-        end_target(migration).await;
-        let reason = format!("the migration target's QEMU exited ({how}) {}", log.trim());
-        tracing::warn!(pod = %pod.metadata.name, "{reason}");
-        Api::<Pod>::namespaced(agent.store.clone(), &ns)
-            .modify_status(&pod.metadata.name, |p| {
-                p.status.phase = "Failed".into();
-                p.status.message = reason.clone();
-                true
-            })
-            .await?;
-        return Ok(());
-    }
-    if pod.status.phase != "Running" {
-        return Ok(());
-    }
-    if migration.target.as_ref().is_none_or(|t| t.uid != uid) {
-        let state_dir = agent.state_dir.clone();
-        let topology = crate::sys::blocking(move || Topology::load(&state_dir)).await??;
-        let here = node_ip(&topology, &agent.node)?;
-        let source = node_ip(&topology, &state.source_node)?;
-        let qmp = launcher.guest.as_ref().map(|g| g.spec().qmp_socket());
-        let incoming = launcher.dir.join(INCOMING_SOCKET);
-        let (proxy, address) =
-            crate::sys::blocking(move || listen_for_incoming(qmp.as_deref(), &incoming, here, source))
-                .await??;
-        // A previous migration's target (another uid) joins its relay threads when dropped.
-        end_target(migration).await;
-        migration.target = Some(TargetSide {
-            uid: uid.to_string(),
-            proxy,
-            resumed: false,
-        });
-        update_state(agent, &ns, &launcher.vmi, uid, |s| {
-            s.target_node_address = address.ip().to_string();
-            s.target_direct_migration_node_ports = [(address.port().to_string(), 0)].into();
-            s.target_node_domain_detected = true;
+    Ok(())
+}
+
+/// The target failed, not the VMI: its pod fails (the controller ends the migration and
+/// removes it); the source guest runs on.
+async fn fail_target(
+    agent: &Arc<AgentContext>,
+    pod: &Pod,
+    how: &str,
+    launcher: &mut LauncherState,
+    migration: &mut PodMigration,
+) -> anyhow::Result<()> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let log = match launcher.guest.as_ref().map(|g| g.spec().qemu_log()) {
+        Some(file) => crate::sys::blocking(move || std::fs::read_to_string(file).unwrap_or_default()).await?,
+        None => String::new(),
+    };
+    launcher.drop_guest().await;
+    end_target(migration).await;
+    let reason = vmim::target_exit_reason(how, &log);
+    tracing::warn!(pod = %pod.metadata.name, "{reason}");
+    Api::<Pod>::namespaced(agent.store.clone(), &ns)
+        .modify_status(&pod.metadata.name, |p| {
+            p.status.phase = "Failed".into();
+            p.status.message = reason.clone();
+            true
         })
         .await?;
-        return Ok(());
-    }
+    Ok(())
+}
+
+/// Listen for migration `uid`'s incoming state and record where.
+async fn listen(
+    agent: &Arc<AgentContext>,
+    ns: &str,
+    state: &MigrationState,
+    uid: &str,
+    launcher: &mut LauncherState,
+    migration: &mut PodMigration,
+) -> anyhow::Result<()> {
+    let state_dir = agent.state_dir.clone();
+    let topology = crate::sys::blocking(move || Topology::load(&state_dir)).await??;
+    let here = node_ip(&topology, &agent.node)?;
+    let source = node_ip(&topology, &state.source_node)?;
+    let qmp = launcher.guest.as_ref().map(|g| g.spec().qmp_socket());
+    let incoming = launcher.dir.join(INCOMING_SOCKET);
+    let (proxy, address) =
+        crate::sys::blocking(move || listen_for_incoming(qmp.as_deref(), &incoming, here, source)).await??;
+    // A previous migration's target (another uid) joins its relay threads when dropped.
+    end_target(migration).await;
+    migration.target = Some(TargetSide {
+        uid: uid.to_string(),
+        proxy,
+        resumed: false,
+    });
+    update_state(agent, ns, &launcher.vmi, uid, |s| {
+        vmim::record_target_listening(s, address)
+    })
+    .await
+}
+
+/// The source says the state is across: the guest runs here once QEMU resumed it.
+async fn resume(
+    agent: &Arc<AgentContext>,
+    ns: &str,
+    uid: &str,
+    launcher: &mut LauncherState,
+    migration: &mut PodMigration,
+) -> anyhow::Result<()> {
     let Some(target) = migration.target.as_mut() else {
         return Ok(());
     };
-    if target.resumed || !state.completed {
-        return Ok(());
-    }
-    // The source says the state is across: the guest runs here once QEMU resumed it.
     let qmp = launcher.guest.as_ref().map(|g| g.spec().qmp_socket());
     let netns = launcher.netns_path.clone();
     let running = crate::sys::blocking(move || resume_and_announce(qmp.as_deref(), &netns)).await??;
@@ -253,8 +281,8 @@ async fn target_step(
         crate::sys::blocking(move || proxy.close()).await?;
     }
     let now = weft_store::now_rfc3339();
-    update_state(agent, &ns, &launcher.vmi, uid, |s| {
-        s.target_node_domain_ready_timestamp = Some(now.clone());
+    update_state(agent, ns, &launcher.vmi, uid, |s| {
+        vmim::record_target_ready(s, &now)
     })
     .await
 }
@@ -293,12 +321,12 @@ fn resume_and_announce(qmp: Option<&Path>, netns_path: &str) -> anyhow::Result<b
     };
     let mut client = QmpClient::connect(qmp).context("the target QEMU's QMP")?;
     let status = client.execute(&migrate::query_status())?;
-    match status["status"].as_str().unwrap_or("") {
-        "running" => {}
-        "paused" | "postmigrate" => {
+    match migrate::target_run_status(status["status"].as_str().unwrap_or("")) {
+        TargetRunStatus::Running => {}
+        TargetRunStatus::NeedsCont => {
             client.execute(&migrate::cont()).context("cont")?;
         }
-        _ => return Ok(false),
+        TargetRunStatus::NotYet => return Ok(false),
     }
     crate::agent::local::migration_quiet::remove(netns_path)?;
     client
@@ -321,77 +349,87 @@ async fn source_step(
         return Ok(());
     };
     let uid = state.migration_uid.clone();
-    let Some(source) = migration.source.as_mut() else {
-        let startable = !state.is_final()
-            && !state.abort_requested
-            && !state.target_node_address.is_empty()
-            && !migration.done.contains(&uid);
-        if !startable {
-            return Ok(());
-        }
-        let now = weft_store::now_rfc3339();
-        let Some(guest) = launcher.guest.as_ref() else {
-            // No guest (`--no-guests`): nothing to transfer.
-            migration.done.insert(uid.clone());
-            return update_state(agent, &ns, &launcher.vmi, &uid, |s| {
-                s.start_timestamp = Some(now.clone());
-                s.end_timestamp = Some(now.clone());
-                s.mode = vmim::MODE_PRE_COPY.into();
-                s.completed = true;
-            })
-            .await;
-        };
-        let port = state
-            .target_direct_migration_node_ports
-            .iter()
-            .find(|(_, role)| **role == 0)
-            .and_then(|(port, _)| port.parse::<u16>().ok())
-            .context("migrationState has no target port")?;
-        let ip: IpAddr = state
-            .target_node_address
-            .parse()
-            .context("migrationState.targetNodeAddress")?;
-        let bandwidth = find_migration(agent, &ns, &uid)
-            .await?
-            .and_then(|m| {
-                m.metadata
-                    .annotation(BANDWIDTH_ANNOTATION)
-                    .and_then(|b| b.parse().ok())
-            })
-            .unwrap_or(migrate::MAX_BANDWIDTH);
-        let cancel = Arc::new(AtomicBool::new(false));
-        let progress = Arc::new(Mutex::new(MigrationProgress::default()));
-        let (qmp, socket) = (guest.spec().qmp_socket(), launcher.dir.join(OUTGOING_SOCKET));
-        let (cancel2, progress2) = (cancel.clone(), progress.clone());
-        let driver = std::thread::Builder::new()
-            .name("weft-migrate".into())
-            .spawn(move || {
-                let target = SocketAddr::new(ip, port);
-                drive(&qmp, &socket, target, bandwidth, &cancel2, &progress2)
-            })
-            .context("spawn the migration thread")?;
-        migration.source = Some(SourceSide {
-            uid: uid.clone(),
-            cancel,
-            progress,
-            driver: Some(driver),
-            written: None,
-        });
-        return update_state(agent, &ns, &launcher.vmi, &uid, |s| {
-            s.start_timestamp = Some(now.clone());
-            s.mode = vmim::MODE_PRE_COPY.into();
-        })
-        .await;
+    let observation = vmim::SourceObservation {
+        running: migration.source.as_ref().map(|s| s.uid.as_str()),
+        done: migration.done.contains(&uid),
+        has_guest: launcher.guest.is_some(),
     };
-    if source.uid != uid {
-        return Ok(());
+    match vmim::source_action(&state, observation)? {
+        SourceAction::Wait => Ok(()),
+        SourceAction::CompleteWithoutGuest => {
+            migration.done.insert(uid.clone());
+            let now = weft_store::now_rfc3339();
+            update_state(agent, &ns, &launcher.vmi, &uid, |s| {
+                vmim::complete_without_guest(s, &now)
+            })
+            .await
+        }
+        SourceAction::Start { target } => start_source(agent, &ns, &uid, target, launcher, migration).await,
+        SourceAction::Follow { cancel } => follow_source(agent, &ns, &uid, cancel, launcher, migration).await,
     }
-    if state.abort_requested {
+}
+
+/// Start migration `uid`'s transfer to `target` on a thread ([`drive`]).
+async fn start_source(
+    agent: &Arc<AgentContext>,
+    ns: &str,
+    uid: &str,
+    target: SocketAddr,
+    launcher: &mut LauncherState,
+    migration: &mut PodMigration,
+) -> anyhow::Result<()> {
+    let now = weft_store::now_rfc3339();
+    let Some(guest) = launcher.guest.as_ref() else {
+        return Ok(());
+    };
+    let bandwidth = find_migration(agent, ns, uid)
+        .await?
+        .and_then(|m| {
+            m.metadata
+                .annotation(BANDWIDTH_ANNOTATION)
+                .and_then(|b| b.parse().ok())
+        })
+        .unwrap_or(migrate::MAX_BANDWIDTH);
+    let cancel = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(Mutex::new(MigrationProgress::default()));
+    let (qmp, socket) = (guest.spec().qmp_socket(), launcher.dir.join(OUTGOING_SOCKET));
+    let (cancel2, progress2) = (cancel.clone(), progress.clone());
+    let driver = std::thread::Builder::new()
+        .name("weft-migrate".into())
+        .spawn(move || drive(&qmp, &socket, target, bandwidth, &cancel2, &progress2))
+        .context("spawn the migration thread")?;
+    migration.source = Some(SourceSide {
+        uid: uid.to_string(),
+        cancel,
+        progress,
+        driver: Some(driver),
+        written: None,
+    });
+    update_state(agent, ns, &launcher.vmi, uid, |s| {
+        vmim::record_source_started(s, &now)
+    })
+    .await
+}
+
+/// Follow migration `uid`'s running transfer: cancel it when asked, write its progress, record
+/// its end once its thread is done.
+async fn follow_source(
+    agent: &Arc<AgentContext>,
+    ns: &str,
+    uid: &str,
+    cancel: bool,
+    launcher: &mut LauncherState,
+    migration: &mut PodMigration,
+) -> anyhow::Result<()> {
+    let Some(source) = migration.source.as_mut() else {
+        return Ok(());
+    };
+    if cancel {
         source.cancel.store(true, Ordering::SeqCst);
     }
     let progress = source.progress.lock().map(|p| p.clone()).unwrap_or_default();
-    if source.written.as_ref() != Some(&progress) && progress.status != "none" {
-        write_progress(agent, &ns, &uid, &progress).await?;
+    if progress.is_news(source.written.as_ref()) {
+        write_progress(agent, ns, uid, &progress).await?;
         source.written = Some(progress);
     }
     if !source.driver.as_ref().is_some_and(JoinHandle::is_finished) {
@@ -405,11 +443,11 @@ async fn source_step(
         },
     };
     let final_progress = source.progress.lock().map(|p| p.clone()).unwrap_or_default();
-    write_progress(agent, &ns, &uid, &final_progress).await?;
+    write_progress(agent, ns, uid, &final_progress).await?;
     migration.source = None;
-    migration.done.insert(uid.clone());
+    migration.done.insert(uid.to_string());
     let now = weft_store::now_rfc3339();
-    update_state(agent, &ns, &launcher.vmi, &uid, |s| {
+    update_state(agent, ns, &launcher.vmi, uid, |s| {
         vmim::end_source_state(s, &outcome, &now)
     })
     .await
