@@ -313,16 +313,17 @@ impl Supervisor {
             "component": c.name, "event": "exited", "pid": pid, "exit": how,
             "ranForMs": ran_for.as_millis() as u64, "failures": c.failures, "at": weft_store::now_rfc3339(),
         }));
-        let (reason, what) = match &c.node {
-            Some(node) => ("AgentDown", format!("weft agent of {node}")),
-            None => ("ControllerDown", "weft controller".to_string()),
+        let what = match &c.node {
+            Some(node) => format!("weft agent of {node}"),
+            None => "weft controller".to_string(),
         };
+        let (type_, reason) = lifecycle_event(c.node.is_some(), Lifecycle::Exited);
         let message = format!(
             "{what} (pid {pid}) exited ({how}); restart {} in {delay:?}",
             c.failures
         );
         c.state = State::Down(Instant::now());
-        self.report(c, events::WARNING, reason, &message).await;
+        self.report(c, type_, reason, &message).await;
     }
 
     async fn step(&self, c: &mut Component) {
@@ -345,15 +346,11 @@ impl Supervisor {
                             "component": c.name, "event": "restarted", "pid": pid,
                             "restarts": c.restarts, "at": weft_store::now_rfc3339(),
                         }));
-                        let reason = if c.node.is_some() {
-                            "AgentRestarted"
-                        } else {
-                            "ControllerRestarted"
-                        };
-                        self.report(c, events::NORMAL, reason, &message).await;
+                        let (type_, reason) = lifecycle_event(c.node.is_some(), Lifecycle::Restarted);
+                        self.report(c, type_, reason, &message).await;
                     } else if c.node.is_some() {
-                        self.report(c, events::NORMAL, "AgentReady", "weft agent is serving")
-                            .await;
+                        let (type_, reason) = lifecycle_event(true, Lifecycle::Ready);
+                        self.report(c, type_, reason, "weft agent is serving").await;
                     }
                 } else {
                     c.state = State::Starting(child, started);
@@ -384,12 +381,8 @@ impl Supervisor {
                     self.append_restart(
                         json!({"component": c.name, "event": "gave-up", "at": weft_store::now_rfc3339()}),
                     );
-                    let reason = if c.node.is_some() {
-                        "AgentCrashLooping"
-                    } else {
-                        "ControllerCrashLooping"
-                    };
-                    self.report(c, events::WARNING, reason, &message).await;
+                    let (type_, reason) = lifecycle_event(c.node.is_some(), Lifecycle::GaveUp);
+                    self.report(c, type_, reason, &message).await;
                     c.state = State::GaveUp;
                 }
             },
@@ -436,8 +429,59 @@ pub async fn run(state: &Path) -> anyhow::Result<i32> {
     }
 }
 
+/// What happened to a supervised component.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lifecycle {
+    /// It exited (a restart follows after the back-off).
+    Exited,
+    /// It serves again after a restart.
+    Restarted,
+    /// It serves, first start (agents only).
+    Ready,
+    /// It failed too often: not restarted any more.
+    GaveUp,
+}
+
+/// The Event type and reason of a component's lifecycle step (`agent`: a node agent, else
+/// the controller). A Normal one makes an agent's node Ready, a Warning one NotReady.
+fn lifecycle_event(agent: bool, what: Lifecycle) -> (&'static str, &'static str) {
+    use Lifecycle::*;
+    match (agent, what) {
+        (true, Exited) => (events::WARNING, "AgentDown"),
+        (false, Exited) => (events::WARNING, "ControllerDown"),
+        (true, Restarted) => (events::NORMAL, "AgentRestarted"),
+        (false, Restarted) => (events::NORMAL, "ControllerRestarted"),
+        (_, Ready) => (events::NORMAL, "AgentReady"),
+        (true, GaveUp) => (events::WARNING, "AgentCrashLooping"),
+        (false, GaveUp) => (events::WARNING, "ControllerCrashLooping"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn lifecycle_events_name_the_component_and_warn_when_it_is_down() {
+        use super::Lifecycle::*;
+        use super::{events, lifecycle_event};
+        let all: Vec<_> = [Exited, Restarted, Ready, GaveUp]
+            .into_iter()
+            .flat_map(|w| [lifecycle_event(true, w), lifecycle_event(false, w)])
+            .collect();
+        assert_eq!(
+            all,
+            [
+                (events::WARNING, "AgentDown"),
+                (events::WARNING, "ControllerDown"),
+                (events::NORMAL, "AgentRestarted"),
+                (events::NORMAL, "ControllerRestarted"),
+                (events::NORMAL, "AgentReady"),
+                (events::NORMAL, "AgentReady"),
+                (events::WARNING, "AgentCrashLooping"),
+                (events::WARNING, "ControllerCrashLooping"),
+            ]
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -30,6 +30,37 @@ struct RunningPod {
     migration: crate::agent::local::migration::PodMigration,
 }
 
+/// What one pass of the local kubelet does with the pods bound to its node.
+#[derive(Debug, PartialEq)]
+struct PodPlan<'a> {
+    /// Pods to start (or adopt), by uid: wanted and not running.
+    start: Vec<(&'a str, &'a Pod)>,
+    /// Running pods (by uid) to stop: deleted, being deleted, or Failed.
+    stop: Vec<String>,
+}
+
+/// A pod runs while it is not being deleted and has not failed (a Failed pod's sandbox goes;
+/// the pod stays for its status); pods without a uid are not the API server's yet.
+fn plan_pods<'a, V>(pods: &'a [Pod], running: &BTreeMap<String, V>) -> PodPlan<'a> {
+    let wanted: BTreeMap<&str, &Pod> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && p.status.phase != "Failed")
+        .filter_map(|p| p.metadata.uid.as_deref().map(|uid| (uid, p)))
+        .collect();
+    PodPlan {
+        start: wanted
+            .iter()
+            .filter(|(uid, _)| !running.contains_key(**uid))
+            .map(|(uid, pod)| (*uid, *pod))
+            .collect(),
+        stop: running
+            .keys()
+            .filter(|uid| !wanted.contains_key(uid.as_str()))
+            .cloned()
+            .collect(),
+    }
+}
+
 /// Run pods bound to this node until `stop` turns true, then stop them all.
 pub async fn run(
     agent: Arc<AgentContext>,
@@ -43,20 +74,13 @@ pub async fn run(
         let pods = pods_api
             .list(&ListOptions::default().field("spec.nodeName", &node))
             .await?;
-        let wanted: BTreeMap<String, &Pod> = pods
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none() && p.status.phase != "Failed")
-            .filter_map(|p| p.metadata.uid.clone().map(|uid| (uid, p)))
-            .collect();
-        for (uid, pod) in &wanted {
-            if running.contains_key(uid) {
-                continue;
-            }
+        let plan = plan_pods(&pods, &running);
+        for (uid, pod) in plan.start {
             if let Some(sandbox) = previous_sandbox(&topology, pod).await {
                 // Started by this node's previous agent (it was restarted): take it over.
                 match adopt(&agent, pod, sandbox).await {
                     Some(run) => {
-                        running.insert(uid.clone(), run);
+                        running.insert(uid.to_string(), run);
                     }
                     None => continue,
                 }
@@ -64,7 +88,7 @@ pub async fn run(
             }
             match start_pod(&agent, &topology, pod).await {
                 Ok(run) => {
-                    running.insert(uid.clone(), run);
+                    running.insert(uid.to_string(), run);
                 }
                 Err(e) => {
                     tracing::error!(pod = %pod.metadata.name, "start failed: {e:#}");
@@ -73,12 +97,7 @@ pub async fn run(
                 }
             }
         }
-        let gone: Vec<String> = running
-            .keys()
-            .filter(|uid| !wanted.contains_key(*uid))
-            .cloned()
-            .collect();
-        for uid in gone {
+        for uid in plan.stop {
             if let Some(run) = running.remove(&uid) {
                 stop_pod(&agent, run).await;
             }
@@ -373,4 +392,51 @@ async fn hotplug(agent: &Arc<AgentContext>, run: &mut RunningPod) -> anyhow::Res
         .await?;
     launcher::hotplug(agent, &pod, &vmi, state).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(uid: Option<&str>, phase: &str, deleting: bool) -> Pod {
+        let mut pod = Pod::default();
+        pod.metadata.name = uid.unwrap_or("new").into();
+        pod.metadata.uid = uid.map(String::from);
+        pod.status.phase = phase.into();
+        if deleting {
+            pod.metadata.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
+        }
+        pod
+    }
+
+    #[test]
+    fn a_pass_starts_wanted_pods_and_stops_deleted_or_failed_ones() {
+        let pods = [
+            pod(Some("a"), "Pending", false),
+            pod(Some("b"), "Running", false),
+            pod(Some("c"), "Running", true),
+            pod(Some("d"), "Failed", false),
+            pod(None, "Pending", false),
+        ];
+        let running: BTreeMap<String, ()> = ["b", "c", "d", "gone"].map(|u| (u.to_string(), ())).into();
+        let plan = plan_pods(&pods, &running);
+        let start: Vec<&str> = plan.start.iter().map(|(uid, _)| *uid).collect();
+        assert_eq!(
+            start,
+            ["a"],
+            "b runs already; c is being deleted, d failed, one has no uid"
+        );
+        assert_eq!(plan.stop, ["c", "d", "gone"]);
+        let idle = plan_pods(
+            &pods[..2],
+            &BTreeMap::<String, ()>::from([("a".into(), ()), ("b".into(), ())]),
+        );
+        assert_eq!(
+            idle,
+            PodPlan {
+                start: vec![],
+                stop: vec![]
+            }
+        );
+    }
 }
