@@ -5,8 +5,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use weft_store::{ObjectMeta, Resource};
 
-/// Label naming the VM of a launcher pod (KubeVirt's), which the VM's claims carry too.
-pub const VM_NAME_LABEL: &str = "vm.kubevirt.io/name";
+/// Label naming the VM of a launcher pod (KubeVirt's, `vm.kubevirt.io/name`); weft-ipam
+/// reads it to find the VM's claims, so its constant is the one.
+pub use weft_ipam::vm_claim::POD_VM_LABEL as VM_NAME_LABEL;
 
 /// A Pod (core/v1), the fields weft uses.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -432,3 +432,46 @@ async fn a_vmi_waits_in_pending_for_a_missing_nad_with_one_event_then_gets_its_p
     );
     assert_eq!(list::<Pod>(&store).await.len(), 1);
 }
+
+#[test]
+fn a_vmi_from_the_template_keeps_its_metadata_names_its_vm_and_is_owned_by_it() {
+    let mut vm: VirtualMachine = typed(json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+        "metadata": {"name": "vm1", "namespace": "ns", "uid": "uid-1", "labels": {"on-the-vm": "only"}},
+        "spec": {"running": true, "template": {
+            "metadata": {"labels": {"app": "web", "n": 1}, "annotations": {"a": "b"}},
+            "spec": {"networks": [{"name": "default", "pod": {}}],
+                     "domain": {"devices": {"interfaces": [{"name": "default", "masquerade": {}}]}}}}}
+    }));
+    let vmi = super::vmi_from_template(&vm);
+    assert_eq!(vmi.metadata.name, "vm1");
+    assert_eq!(vmi.metadata.namespace.as_deref(), Some("ns"));
+    assert_eq!(vmi.spec, vm.spec.template.spec);
+    assert_eq!(vmi.metadata.label("app"), Some("web"));
+    assert_eq!(
+        vmi.metadata.label("n"),
+        None,
+        "a label that is not a string is not copied"
+    );
+    assert_eq!(
+        vmi.metadata.label("on-the-vm"),
+        None,
+        "the VM's own labels are not the VMI's"
+    );
+    assert_eq!(vmi.metadata.annotation("a"), Some("b"));
+    assert_eq!(vmi.metadata.label(crate::kinds::VM_NAME_LABEL), Some("vm1"));
+    let owner = &vmi.metadata.owner_references[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+        ("VirtualMachine", "vm1", "uid-1")
+    );
+    assert_eq!(
+        (owner.controller, owner.block_owner_deletion),
+        (Some(true), Some(true))
+    );
+    // A template without metadata: only the VM's name label.
+    vm.spec.template.metadata = None;
+    let bare = super::vmi_from_template(&vm);
+    assert_eq!(bare.metadata.labels.len(), 1);
+    assert!(bare.metadata.annotations.is_empty());
+}
