@@ -145,6 +145,24 @@ pub fn run_shim_as(
     child.wait_with_output().unwrap()
 }
 
+/// Every kind `weft controller` lists and watches (all roles), Events included: what a fake
+/// API server serves for it.
+pub fn controller_kinds() -> Vec<weft_store::ResourceType> {
+    use weft_store::{Resource, ResourceType};
+    vec![
+        ResourceType::new("v1", "Pod", "pods", true),
+        ResourceType::new("v1", "Node", "nodes", false),
+        ResourceType::new("v1", "Event", "events", true),
+        weft_netconf::NetworkAttachmentDefinition::resource_type(),
+        weft_vm::VirtualMachine::resource_type(),
+        weft_vm::VirtualMachineInstance::resource_type(),
+        weft_vm::VirtualMachineInstanceMigration::resource_type(),
+        weft_vm::api::KubeVirt::resource_type(),
+        weft_ipam::IpamClaim::resource_type(),
+        weft_ipam::IpReservation::resource_type(),
+    ]
+}
+
 /// A child process killed and reaped when dropped.
 pub struct KillOnDrop(pub Child);
 
