@@ -163,6 +163,26 @@ pub fn controller_kinds() -> Vec<weft_store::ResourceType> {
     ]
 }
 
+/// Every object of `types` in the local cluster's store (`<state>/store.db`), as
+/// `Kind/namespace/name`.
+pub fn stored_keys(state: &Path, types: &[weft_store::ResourceType]) -> Vec<String> {
+    use weft_store::Store;
+    let store = weft_store::SqliteStore::open(state.join("store.db")).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut out = Vec::new();
+        for ty in types {
+            for object in store.list(ty, None, &Default::default()).await.unwrap().items {
+                out.push(format!("{}/{}", ty.kind, object.key()));
+            }
+        }
+        out
+    })
+}
+
 /// A child process killed and reaped when dropped.
 pub struct KillOnDrop(pub Child);
 
