@@ -183,6 +183,29 @@ pub fn stored_keys(state: &Path, types: &[weft_store::ResourceType]) -> Vec<Stri
     })
 }
 
+/// Run `body` on a fresh state directory, then `weft down` whatever `body` did: a panic in
+/// `body` is raised again after the down, and the down must succeed.
+pub fn then_down(body: impl FnOnce(&Path) + std::panic::UnwindSafe) {
+    let state = tempfile::tempdir().unwrap();
+    let outcome = std::panic::catch_unwind(|| body(state.path()));
+    let down = weft(state.path(), &["down"]);
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+    assert!(down.status.success(), "weft down failed:\n{}", text(&down));
+}
+
+/// `Some(())` once the local cluster in `state` has no pod left (a stopped VM's launcher pod
+/// is gone); for polling.
+pub fn no_pods(state: &Path) -> Option<()> {
+    let pods: serde_json::Value =
+        serde_json::from_slice(&weft(state, &["get", "pods", "-o", "json"]).stdout).unwrap_or_default();
+    pods["items"]
+        .as_array()
+        .is_some_and(|p| p.is_empty())
+        .then_some(())
+}
+
 /// A child process killed and reaped when dropped.
 pub struct KillOnDrop(pub Child);
 
