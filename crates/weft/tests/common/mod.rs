@@ -195,6 +195,31 @@ pub fn then_down(body: impl FnOnce(&Path) + std::panic::UnwindSafe) {
     assert!(down.status.success(), "weft down failed:\n{}", text(&down));
 }
 
+/// A node's CNI setup in `state` as an agent on Kubernetes has it: weft's plugins in
+/// `<state>/bin` ([`install_plugins`]) and the cluster network (bridge cni0, host-local on
+/// `subnet`) in `<state>/net.d/10-cluster.conflist`. Returns the bin dir and the weft-cni
+/// config that delegates to that network over the agent's socket in `state`.
+pub fn node_cni(state: &Path, subnet: &str) -> (PathBuf, serde_json::Value) {
+    use serde_json::json;
+    let bin = state.join("bin");
+    install_plugins(&bin);
+    let conf_dir = state.join("net.d");
+    std::fs::create_dir_all(&conf_dir).unwrap();
+    let cluster_network = json!({
+        "cniVersion": "1.0.0", "name": "cluster",
+        "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true,
+                     "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]],
+                              "routes": [{"dst": "0.0.0.0/0"}], "dataDir": state.join("hl-cluster")}}]
+    });
+    std::fs::write(conf_dir.join("10-cluster.conflist"), cluster_network.to_string()).unwrap();
+    let conf = json!({
+        "cniVersion": "1.0.0", "name": "weft", "type": "weft-cni",
+        "clusterNetwork": conf_dir.join("10-cluster.conflist"),
+        "daemonSocketDir": state,
+    });
+    (bin, conf)
+}
+
 /// `Some(())` once the local cluster in `state` has no pod left (a stopped VM's launcher pod
 /// is gone); for polling.
 pub fn no_pods(state: &Path) -> Option<()> {
