@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
-use weft_store::{ListOptions, Object, ResourceType, SqliteStore, Store};
+use weft_store::{Object, ResourceType, SqliteStore, Store};
 
 const NAD: &str = "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata:\n  name: NAME\nspec:\n  config: '{\"cniVersion\":\"1.0.0\",\"name\":\"NAME\",\"type\":\"bridge\"}'\n";
 
@@ -54,7 +54,6 @@ fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
 
 /// Every stored VM, VMI, NAD and pod as `Kind/namespace/name`.
 fn stored(state: &Path) -> Vec<String> {
-    let store = SqliteStore::open(state.join("store.db")).unwrap();
     let types = [
         vm_type(),
         vmi_type(),
@@ -65,20 +64,7 @@ fn stored(state: &Path) -> Vec<String> {
         ),
         ty("v1", "Pod", "pods"),
     ];
-    block_on(async {
-        let mut out = Vec::new();
-        for ty in types {
-            for object in store
-                .list(&ty, None, &ListOptions::default())
-                .await
-                .unwrap()
-                .items
-            {
-                out.push(format!("{}/{}", ty.kind, object.key()));
-            }
-        }
-        out
-    })
+    stored_keys(state, &types)
 }
 
 fn get(state: &Path, ty: &ResourceType, name: &str) -> Option<Object> {

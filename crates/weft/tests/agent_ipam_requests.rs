@@ -12,18 +12,6 @@ use kube_cluster::*;
 use serde_json::json;
 use weft_store::Resource;
 
-fn ipam_cluster(node: &Netns) -> FakeCluster {
-    FakeCluster::serving(
-        node,
-        vec![
-            pods(),
-            nads(),
-            weft_ipam::IpReservation::resource_type(),
-            weft_ipam::IpamClaim::resource_type(),
-        ],
-    )
-}
-
 /// The requests made since the last clear, without query strings and Events.
 fn calls(cluster: &FakeCluster) -> Vec<String> {
     cluster

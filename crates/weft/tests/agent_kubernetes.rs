@@ -244,19 +244,6 @@ fn assert_detached(node: &Netns, pod_ns: &Netns, agent: &KubeAgent) {
     assert!(agent.leases("hl-blue").is_empty(), "blue address released");
 }
 
-/// The fake API serving pods, NADs, IPReservations and IPAMClaims in `node`.
-fn ipam_cluster(node: &Netns) -> FakeCluster {
-    FakeCluster::serving(
-        node,
-        vec![
-            pods(),
-            nads(),
-            weft_ipam::IpReservation::resource_type(),
-            weft_ipam::IpamClaim::resource_type(),
-        ],
-    )
-}
-
 /// The IPReservations in the fake API.
 fn reservations(cluster: &FakeCluster) -> Vec<Object> {
     let ty = weft_ipam::IpReservation::resource_type();

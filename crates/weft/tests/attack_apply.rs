@@ -15,7 +15,7 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use weft_store::{ListOptions, ResourceType, SqliteStore, Store};
+use weft_store::{ResourceType, SqliteStore};
 
 const NAD: &str = "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata:\n  name: data\nspec:\n  config: '{\"cniVersion\":\"1.0.0\",\"name\":\"data\",\"type\":\"bridge\"}'\n";
 const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p1\nspec:\n  containers: []\n";
@@ -43,25 +43,7 @@ fn types() -> Vec<ResourceType> {
 
 /// Every object of the kinds the files use, as `kind/namespace/name`.
 fn stored(state: &Path) -> Vec<String> {
-    let store = SqliteStore::open(state.join("store.db")).unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let mut out = Vec::new();
-        for ty in types() {
-            for object in store
-                .list(&ty, None, &ListOptions::default())
-                .await
-                .unwrap()
-                .items
-            {
-                out.push(format!("{}/{}", ty.kind, object.key()));
-            }
-        }
-        out
-    })
+    stored_keys(state, &types())
 }
 
 /// A state directory holding a local cluster's store, as `weft up` leaves it.

@@ -19,12 +19,18 @@ struct Cluster {
 
 impl Cluster {
     fn up(nodes: &str) -> Self {
+        Self::up_with(&["up", "--nodes", nodes, "--no-guests", "--timeout", "90"])
+    }
+
+    /// One node running vm1's guest.
+    fn up_with_guest() -> Self {
+        Self::up_with(&["up", "--nodes", "1", "--timeout", "240"])
+    }
+
+    fn up_with(args: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let cluster = Self { dir };
-        let up = weft(
-            cluster.state(),
-            &["up", "--nodes", nodes, "--no-guests", "--timeout", "90"],
-        );
+        let up = weft(cluster.state(), args);
         assert!(up.status.success(), "weft up:\n{}\n{}", text(&up), cluster.logs());
         cluster
     }
@@ -188,12 +194,24 @@ fn kill9(cluster: &Cluster, name: &str) -> (u32, u64) {
         .record(name)
         .unwrap_or_else(|| panic!("no record of {name}"));
     assert!(running(pid, start), "{name} runs before the attack");
+    sigkill(pid);
+    (pid, start)
+}
+
+fn sigkill(pid: u32) {
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    (pid, start)
+}
+
+/// Wait until vm1's VMI is `Failed`; return it.
+fn wait_vm1_failed(cluster: &Cluster) -> serde_json::Value {
+    wait("vm1 marked Failed", Duration::from_secs(30), || {
+        let vmi = cluster.json(&["get", "vmi", "vm1", "-o", "json"]);
+        (vmi["status"]["phase"] == "Failed").then_some(vmi)
+    })
 }
 
 /// Wait until `name` runs again under a new pid; return it.
@@ -564,10 +582,7 @@ fn killed_agent_adopts_the_running_guest() {
     if !root_or_skip("killed_agent_adopts_the_running_guest") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let cluster = Cluster { dir };
-    let up = weft(cluster.state(), &["up", "--nodes", "1", "--timeout", "240"]);
-    assert!(up.status.success(), "weft up:\n{}\n{}", text(&up), cluster.logs());
+    let cluster = Cluster::up_with_guest();
     let qemu = cluster.record("qemu-default-vm1").expect("QEMU recorded");
     assert!(running(qemu.0, qemu.1));
 
@@ -609,17 +624,10 @@ fn killed_agent_adopts_the_running_guest() {
         nix::sys::signal::Signal::SIGSTOP,
     )
     .unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(qemu.0 as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    sigkill(qemu.0);
     let again = kill9(&cluster, "agent-node1");
     wait_restarted(&cluster, "agent-node1", again);
-    let vmi = wait("vm1 marked Failed", Duration::from_secs(30), || {
-        let vmi = cluster.json(&["get", "vmi", "vm1", "-o", "json"]);
-        (vmi["status"]["phase"] == "Failed").then_some(vmi)
-    });
+    let vmi = wait_vm1_failed(&cluster);
     let reason = vmi["status"]["reason"].as_str().unwrap_or("");
     assert!(
         reason.contains("QEMU") && reason.contains("exited while the node agent was down"),
@@ -638,20 +646,10 @@ fn a_guest_whose_qemu_dies_is_reported() {
     if !root_or_skip("a_guest_whose_qemu_dies_is_reported") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let cluster = Cluster { dir };
-    let up = weft(cluster.state(), &["up", "--nodes", "1", "--timeout", "240"]);
-    assert!(up.status.success(), "weft up:\n{}\n{}", text(&up), cluster.logs());
+    let cluster = Cluster::up_with_guest();
     let qemu = cluster.record("qemu-default-vm1").expect("QEMU recorded");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(qemu.0 as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    let vmi = wait("vm1 marked Failed", Duration::from_secs(30), || {
-        let vmi = cluster.json(&["get", "vmi", "vm1", "-o", "json"]);
-        (vmi["status"]["phase"] == "Failed").then_some(vmi)
-    });
+    sigkill(qemu.0);
+    let vmi = wait_vm1_failed(&cluster);
     let reason = vmi["status"]["reason"].as_str().unwrap_or("");
     assert!(reason.contains("QEMU exited"), "{vmi}");
     let ready = vmi["status"]["conditions"]

@@ -6,7 +6,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -15,15 +15,6 @@ use weft_store::{ListOptions, Object, Resource, ResourceType, SqliteStore, Store
 
 fn pods() -> ResourceType {
     ResourceType::new("v1", "Pod", "pods", true)
-}
-
-struct Controller(Child);
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn wait_until(what: &str, log: &Path, mut ready: impl FnMut() -> bool) -> Duration {
@@ -65,7 +56,7 @@ fn the_controllers_hops_on_the_embedded_store_follow_watches() {
         json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}),
     );
     let log = state.join("controller.log");
-    let _controller = Controller(
+    let _controller = KillOnDrop(
         std::process::Command::new(weft_bin())
             .arg("--state-dir")
             .arg(state)

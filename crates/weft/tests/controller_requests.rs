@@ -9,7 +9,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,21 +22,6 @@ fn pods() -> ResourceType {
     ResourceType::new("v1", "Pod", "pods", true)
 }
 
-fn kinds() -> Vec<ResourceType> {
-    vec![
-        pods(),
-        ResourceType::new("v1", "Node", "nodes", false),
-        ResourceType::new("v1", "Event", "events", true),
-        weft_netconf::NetworkAttachmentDefinition::resource_type(),
-        weft_vm::VirtualMachine::resource_type(),
-        weft_vm::VirtualMachineInstance::resource_type(),
-        weft_vm::VirtualMachineInstanceMigration::resource_type(),
-        weft_vm::api::KubeVirt::resource_type(),
-        weft_ipam::IpamClaim::resource_type(),
-        weft_ipam::IpReservation::resource_type(),
-    ]
-}
-
 struct Cluster {
     api: FakeApiServer,
     objects: Arc<dyn Store>,
@@ -46,7 +31,7 @@ struct Cluster {
 
 impl Cluster {
     fn start() -> Self {
-        Self::serving(kinds())
+        Self::serving(controller_kinds())
     }
 
     fn serving(types: Vec<ResourceType>) -> Self {
@@ -72,7 +57,10 @@ impl Cluster {
 
     fn create(&self, value: Value) -> Object {
         let object: Object = serde_json::from_value(value).unwrap();
-        let ty = kinds().into_iter().find(|t| t.kind == object.kind).unwrap();
+        let ty = controller_kinds()
+            .into_iter()
+            .find(|t| t.kind == object.kind)
+            .unwrap();
         self.runtime.block_on(self.objects.create(&ty, object)).unwrap()
     }
 
@@ -100,38 +88,28 @@ impl Drop for Cluster {
     }
 }
 
-struct Controller(Child);
-
-impl Controller {
-    fn start(cluster: &Cluster, dir: &Path) -> (Self, std::path::PathBuf) {
-        let kubeconfig = dir.join("kubeconfig");
-        cluster
-            .tcp
-            .as_ref()
-            .unwrap()
-            .write_kubeconfig(&kubeconfig)
-            .unwrap();
-        let log = dir.join("controller.log");
-        let child = std::process::Command::new(weft_bin())
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--state-dir")
-            .arg(dir)
-            // All roles: the local cluster's are counted too (beside KubeVirt only the claims').
-            .args(["--log", "info", "controller", "--roles", "local"])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        (Self(child), log)
-    }
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// `weft controller --roles local` (all roles) on `cluster`'s kubeconfig in `dir`; its log.
+fn start_controller(cluster: &Cluster, dir: &Path) -> (KillOnDrop, std::path::PathBuf) {
+    let kubeconfig = dir.join("kubeconfig");
+    cluster
+        .tcp
+        .as_ref()
+        .unwrap()
+        .write_kubeconfig(&kubeconfig)
+        .unwrap();
+    let log = dir.join("controller.log");
+    let child = std::process::Command::new(weft_bin())
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--state-dir")
+        .arg(dir)
+        // All roles: the local cluster's are counted too (beside KubeVirt only the claims').
+        .args(["--log", "info", "controller", "--roles", "local"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    (KillOnDrop(child), log)
 }
 
 fn wait_until(what: &str, log: &Path, mut ready: impl FnMut() -> bool) {
@@ -178,10 +156,15 @@ fn crds_installed_after_the_controller_started_are_served_without_a_restart() {
         weft_vm::api::KubeVirt::resource_type(),
         weft_ipam::IpamClaim::resource_type(),
     ];
-    let cluster = Cluster::serving(kinds().into_iter().filter(|k| !later.contains(k)).collect());
+    let cluster = Cluster::serving(
+        controller_kinds()
+            .into_iter()
+            .filter(|k| !later.contains(k))
+            .collect(),
+    );
     node_and_nad(&cluster);
     let dir = tempfile::tempdir().unwrap();
-    let (_controller, log) = Controller::start(&cluster, dir.path());
+    let (_controller, log) = start_controller(&cluster, dir.path());
     let text = || std::fs::read_to_string(&log).unwrap_or_default();
     let vm_lists = || {
         cluster
@@ -243,18 +226,11 @@ fn crds_installed_after_the_controller_started_are_served_without_a_restart() {
 fn controller_requests_idle_and_per_vm_lifecycle_are_bounded() {
     let cluster = Cluster::start();
     let dir = tempfile::tempdir().unwrap();
-    cluster.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}));
-    let blue = json!({"cniVersion": "1.0.0", "name": "blue", "type": "bridge",
-                      "allowPersistentIPs": true,
-                      "ipam": {"type": "weft-ipam", "range": "10.77.0.0/24"}});
-    cluster.create(
-        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-        "metadata": {"name": "blue", "namespace": "default"}, "spec": {"config": blue.to_string()}}),
-    );
+    node_and_nad(&cluster);
 
-    let (_controller, log) = Controller::start(&cluster, dir.path());
+    let (_controller, log) = start_controller(&cluster, dir.path());
     // Started: every kind listed once and watched.
-    let watched = kinds().len() - 1; // not Events
+    let watched = controller_kinds().len() - 1; // not Events
     wait_until("watches open", &log, || {
         cluster
             .api

@@ -11,28 +11,13 @@
 
 mod common;
 
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::json;
 use weft_store::fake_api::FakeApiServer;
-use weft_store::{ListOptions, MemoryStore, Object, Resource, ResourceType};
-
-fn kinds() -> Vec<ResourceType> {
-    vec![
-        ResourceType::new("v1", "Pod", "pods", true),
-        ResourceType::new("v1", "Node", "nodes", false),
-        ResourceType::new("v1", "Event", "events", true),
-        weft_netconf::NetworkAttachmentDefinition::resource_type(),
-        weft_vm::VirtualMachine::resource_type(),
-        weft_vm::VirtualMachineInstance::resource_type(),
-        weft_vm::VirtualMachineInstanceMigration::resource_type(),
-        weft_vm::api::KubeVirt::resource_type(),
-        weft_ipam::IpamClaim::resource_type(),
-        weft_ipam::IpReservation::resource_type(),
-    ]
-}
+use weft_store::{ListOptions, MemoryStore, Object, Resource};
 
 /// VMs per namespace (each namespace has its own two NADs).
 const PER_NAMESPACE: usize = 1000;
@@ -97,15 +82,6 @@ fn ticks_per_second() -> u64 {
     100
 }
 
-struct Controller(Child);
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 #[ignore = "benchmark (minutes): cargo nextest run -p weft --release --test controller_scale --run-ignored all --no-capture"]
 fn controller_with_10000_vms_converges_within_memory_and_idles() {
@@ -119,7 +95,7 @@ fn controller_with_10000_vms_converges_within_memory_and_idles() {
         .build()
         .unwrap();
     let objects = MemoryStore::shared();
-    let api = FakeApiServer::new(objects.clone(), kinds());
+    let api = FakeApiServer::new(objects.clone(), controller_kinds());
     let tcp = {
         let _entered = runtime.enter();
         api.serve_tcp().unwrap()
@@ -155,7 +131,7 @@ fn controller_with_10000_vms_converges_within_memory_and_idles() {
     let log = dir.path().join("controller.log");
     api.clear_requests();
     let started = Instant::now();
-    let controller = Controller(
+    let controller = KillOnDrop(
         std::process::Command::new(weft_bin())
             .arg("--kubeconfig")
             .arg(&kubeconfig)

@@ -211,11 +211,5 @@ fn exclusive_explain_and_describe_on_the_local_cluster() {
     if !root_or_skip("exclusive_explain_and_describe_on_the_local_cluster") {
         return;
     }
-    let state = tempfile::tempdir().unwrap();
-    let outcome = std::panic::catch_unwind(|| run(state.path()));
-    let down = weft(state.path(), &["down"]);
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
-    assert!(down.status.success(), "{}", text(&down));
+    then_down(run);
 }

@@ -187,12 +187,7 @@ fn run(state: &Path) {
 
     // The VM boots with the route-less networks: stop and start, every NIC leased again.
     assert!(weft(state, &["stop", "vm1"]).status.success());
-    wait("vm1 stopped", || {
-        json(state, &["get", "pods", "-o", "json"])["items"]
-            .as_array()
-            .is_some_and(|p| p.is_empty())
-            .then_some(())
-    });
+    wait("vm1 stopped", || no_pods(state));
     assert!(weft(state, &["start", "vm1"]).status.success());
     // The stopped VM's VMI went with its pod: these are the new guest's leases.
     leased_nic(state, "storage", "192.168.101.");

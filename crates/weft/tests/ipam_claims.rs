@@ -182,6 +182,14 @@ fn launcher_netns_gone(state: &Path) -> Option<()> {
     (!left).then_some(())
 }
 
+/// `weft stop vm1`, returning once its launcher pod is gone and the pod's CNI DEL is done
+/// (the agent runs it when it sees the pod gone; the sandbox's namespace goes after it).
+fn stop_vm1(state: &Path) {
+    assert!(weft(state, &["stop", "vm1"]).status.success());
+    wait("vm1 stopped", || no_pods(state));
+    wait("the launcher's CNI DEL", || launcher_netns_gone(state));
+}
+
 fn run(state: &Path) {
     let up = weft(state, &["up", "--nodes", "2", "--no-guests", "--timeout", "90"]);
     assert!(up.status.success(), "{}", text(&up));
@@ -194,15 +202,7 @@ fn run(state: &Path) {
     );
 
     // Stop and start: the pod goes, the claim keeps the address, the new pod gets it back.
-    assert!(weft(state, &["stop", "vm1"]).status.success());
-    wait("vm1 stopped", || {
-        json(state, &["get", "pods", "-o", "json"])["items"]
-            .as_array()
-            .is_some_and(|p| p.is_empty())
-            .then_some(())
-    });
-    // The CNI DEL runs when the agent sees the pod gone; its sandbox's namespace goes after it.
-    wait("the launcher's CNI DEL", || launcher_netns_gone(state));
+    stop_vm1(state);
     assert_eq!(
         claim_ips(state),
         vec![format!("{ip}/24")],
@@ -213,13 +213,7 @@ fn run(state: &Path) {
     assert_eq!(again, ip, "stop/start keeps the IP");
 
     // Move to node2 (nodeSelector), still the same address.
-    assert!(weft(state, &["stop", "vm1"]).status.success());
-    wait("vm1 stopped", || {
-        json(state, &["get", "pods", "-o", "json"])["items"]
-            .as_array()
-            .is_some_and(|p| p.is_empty())
-            .then_some(())
-    });
+    stop_vm1(state);
     let moved = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/vm.yaml"))
         .unwrap()
         .replace(
@@ -278,11 +272,5 @@ fn exclusive_claims_keep_vm_addresses_across_stop_start_and_node_moves() {
     if !root_or_skip("exclusive_claims_keep_vm_addresses_across_stop_start_and_node_moves") {
         return;
     }
-    let state = tempfile::tempdir().unwrap();
-    let outcome = std::panic::catch_unwind(|| run(state.path()));
-    let down = weft(state.path(), &["down"]);
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
-    assert!(down.status.success(), "{}", text(&down));
+    then_down(run);
 }

@@ -429,8 +429,8 @@ fn worker(
     (tally, live)
 }
 
-/// Every reservation in the store: ip → (container, pod reference).
-fn reservations(plugin: &Plugin) -> BTreeMap<Ipv4Addr, (String, String)> {
+/// The plugin's store (the SQLite file the processes share) and a runtime to call it on.
+fn open_store(plugin: &Plugin) -> (Arc<dyn weft_store::Store>, tokio::runtime::Runtime) {
     let store = weft_store::SqliteStore::open(plugin.state().join("store.db"))
         .expect("open store")
         .shared();
@@ -438,6 +438,12 @@ fn reservations(plugin: &Plugin) -> BTreeMap<Ipv4Addr, (String, String)> {
         .enable_all()
         .build()
         .unwrap();
+    (store, rt)
+}
+
+/// Every reservation in the store: ip → (container, pod reference).
+fn reservations(plugin: &Plugin) -> BTreeMap<Ipv4Addr, (String, String)> {
+    let (store, rt) = open_store(plugin);
     let list = rt
         .block_on(weft_ipam::allocator::list_reservations(&store, "blue"))
         .expect("list reservations");
@@ -473,13 +479,7 @@ fn reconcile_pods(plugin: &Plugin, live: &BTreeMap<String, Ipv4Addr>) -> usize {
             terminating: false,
         })
         .collect();
-    let store = weft_store::SqliteStore::open(plugin.state().join("store.db"))
-        .expect("open store")
-        .shared();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (store, rt) = open_store(plugin);
     let grace = Duration::from_secs(60);
     // Everything in the store was written before this call; judging "an hour from now" stands
     // in for waiting out the grace period that protects fresh reservations.

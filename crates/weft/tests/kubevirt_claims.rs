@@ -11,7 +11,6 @@ mod common;
 mod kube_cluster;
 
 use std::collections::BTreeSet;
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -52,15 +51,6 @@ fn wait_until(what: &str, log: &std::path::Path, mut done: impl FnMut() -> bool)
             std::fs::read_to_string(log).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-struct Controller(Child);
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -119,7 +109,7 @@ fn kubevirt_launcher_pod_keeps_its_claimed_address_across_nodes() {
     );
     let vm_uid = vm.metadata.uid.clone().unwrap();
     let log = dir.path().join("controller.log");
-    let _controller = Controller(
+    let _controller = KillOnDrop(
         netns
             .command(&[weft_bin().to_str().unwrap()])
             .arg("--kubeconfig")

@@ -343,10 +343,9 @@ fn migrate_and_check(state: &Path, to: Option<&str>) -> Figures {
     }
 }
 
-/// Bring up two nodes with vm1 (node1: a stream receiver) and vm2 (node2: pings vm1 every
-/// 10 ms and streams to it); returns when both report.
-fn two_vms(state: &Path) {
-    let vm1 = vm_manifest(state, "vm1", "02:00:00:0a:00:01", "uptime=1 streamfrom=5000");
+/// `weft up` with two nodes, the data NAD and vm1 (MAC 02:00:00:0a:00:01, guest `checks`).
+fn up_two_nodes_with_vm1(state: &Path, checks: &str) {
+    let vm1 = vm_manifest(state, "vm1", "02:00:00:0a:00:01", checks);
     let nad = examples().join("nad-data.yaml");
     let up = weft(
         state,
@@ -363,6 +362,12 @@ fn two_vms(state: &Path) {
         ],
     );
     assert!(up.status.success(), "{}", text(&up));
+}
+
+/// Bring up two nodes with vm1 (node1: a stream receiver) and vm2 (node2: pings vm1 every
+/// 10 ms and streams to it); returns when both report.
+fn two_vms(state: &Path) {
+    up_two_nodes_with_vm1(state, "uptime=1 streamfrom=5000");
     let (node, ip, _) = wait("vm1 running", 120, || placement(state, "vm1"));
     assert_eq!(node, "node1");
     let vm2 = vm_manifest(
@@ -582,23 +587,7 @@ fn exclusive_failed_migrations_leave_the_source_running_and_nothing_behind() {
     with_cluster(
         "exclusive_failed_migrations_leave_the_source_running_and_nothing_behind",
         |state| {
-            let vm1 = vm_manifest(state, "vm1", "02:00:00:0a:00:01", "uptime=1");
-            let nad = examples().join("nad-data.yaml");
-            let up = weft(
-                state,
-                &[
-                    "up",
-                    "--nodes",
-                    "2",
-                    "--timeout",
-                    "240",
-                    "-f",
-                    nad.to_str().unwrap(),
-                    "-f",
-                    vm1.to_str().unwrap(),
-                ],
-            );
-            assert!(up.status.success(), "{}", text(&up));
+            up_two_nodes_with_vm1(state, "uptime=1");
             wait("vm1 running", 120, || placement(state, "vm1"));
             let (_, boot_id) = wait("vm1 reporting", 120, || uptime(&serial_log(state, "vm1")));
             let before = host_view(state);

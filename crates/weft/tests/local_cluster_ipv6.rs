@@ -99,13 +99,7 @@ fn dual_stack_guests_reach_the_remote_host_over_nat66_and_each_other_over_ipv6()
         );
         return;
     }
-    let state = tempfile::tempdir().unwrap();
-    let outcome = std::panic::catch_unwind(|| exercise(state.path()));
-    let down = weft(state.path(), &["down"]);
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
-    }
-    assert!(down.status.success(), "weft down failed:\n{}", text(&down));
+    then_down(exercise);
 }
 
 fn exercise(state: &Path) {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::super::common::Netns;
 use super::{NetnsProxy, RealCluster};
@@ -29,22 +29,7 @@ impl RealAgent {
     pub fn start(netns: &Netns, node: &str, cluster: &RealCluster, subnet: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path();
-        let bin = state.join("bin");
-        super::super::common::install_plugins(&bin);
-        let conf_dir = state.join("net.d");
-        std::fs::create_dir_all(&conf_dir).unwrap();
-        let cluster_network = json!({
-            "cniVersion": "1.0.0", "name": "cluster",
-            "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true,
-                         "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]],
-                                  "routes": [{"dst": "0.0.0.0/0"}], "dataDir": state.join("hl-cluster")}}]
-        });
-        std::fs::write(conf_dir.join("10-cluster.conflist"), cluster_network.to_string()).unwrap();
-        let conf = json!({
-            "cniVersion": "1.0.0", "name": "weft", "type": "weft-cni",
-            "clusterNetwork": conf_dir.join("10-cluster.conflist"),
-            "daemonSocketDir": state,
-        });
+        let (bin, conf) = super::super::common::node_cni(state, subnet);
         cluster.kubeconfig_for("weft-node", &state.join("kubeconfig"));
         let proxy = NetnsProxy::start(netns, cluster.port);
         let mut agent = Self {

@@ -145,6 +145,92 @@ pub fn run_shim_as(
     child.wait_with_output().unwrap()
 }
 
+/// Every kind `weft controller` lists and watches (all roles), Events included: what a fake
+/// API server serves for it.
+pub fn controller_kinds() -> Vec<weft_store::ResourceType> {
+    use weft_store::{Resource, ResourceType};
+    vec![
+        ResourceType::new("v1", "Pod", "pods", true),
+        ResourceType::new("v1", "Node", "nodes", false),
+        ResourceType::new("v1", "Event", "events", true),
+        weft_netconf::NetworkAttachmentDefinition::resource_type(),
+        weft_vm::VirtualMachine::resource_type(),
+        weft_vm::VirtualMachineInstance::resource_type(),
+        weft_vm::VirtualMachineInstanceMigration::resource_type(),
+        weft_vm::api::KubeVirt::resource_type(),
+        weft_ipam::IpamClaim::resource_type(),
+        weft_ipam::IpReservation::resource_type(),
+    ]
+}
+
+/// Every object of `types` in the local cluster's store (`<state>/store.db`), as
+/// `Kind/namespace/name`.
+pub fn stored_keys(state: &Path, types: &[weft_store::ResourceType]) -> Vec<String> {
+    use weft_store::Store;
+    let store = weft_store::SqliteStore::open(state.join("store.db")).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut out = Vec::new();
+        for ty in types {
+            for object in store.list(ty, None, &Default::default()).await.unwrap().items {
+                out.push(format!("{}/{}", ty.kind, object.key()));
+            }
+        }
+        out
+    })
+}
+
+/// Run `body` on a fresh state directory, then `weft down` whatever `body` did: a panic in
+/// `body` is raised again after the down, and the down must succeed.
+pub fn then_down(body: impl FnOnce(&Path) + std::panic::UnwindSafe) {
+    let state = tempfile::tempdir().unwrap();
+    let outcome = std::panic::catch_unwind(|| body(state.path()));
+    let down = weft(state.path(), &["down"]);
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+    assert!(down.status.success(), "weft down failed:\n{}", text(&down));
+}
+
+/// A node's CNI setup in `state` as an agent on Kubernetes has it: weft's plugins in
+/// `<state>/bin` ([`install_plugins`]) and the cluster network (bridge cni0, host-local on
+/// `subnet`) in `<state>/net.d/10-cluster.conflist`. Returns the bin dir and the weft-cni
+/// config that delegates to that network over the agent's socket in `state`.
+pub fn node_cni(state: &Path, subnet: &str) -> (PathBuf, serde_json::Value) {
+    use serde_json::json;
+    let bin = state.join("bin");
+    install_plugins(&bin);
+    let conf_dir = state.join("net.d");
+    std::fs::create_dir_all(&conf_dir).unwrap();
+    let cluster_network = json!({
+        "cniVersion": "1.0.0", "name": "cluster",
+        "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true,
+                     "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]],
+                              "routes": [{"dst": "0.0.0.0/0"}], "dataDir": state.join("hl-cluster")}}]
+    });
+    std::fs::write(conf_dir.join("10-cluster.conflist"), cluster_network.to_string()).unwrap();
+    let conf = json!({
+        "cniVersion": "1.0.0", "name": "weft", "type": "weft-cni",
+        "clusterNetwork": conf_dir.join("10-cluster.conflist"),
+        "daemonSocketDir": state,
+    });
+    (bin, conf)
+}
+
+/// `Some(())` once the local cluster in `state` has no pod left (a stopped VM's launcher pod
+/// is gone); for polling.
+pub fn no_pods(state: &Path) -> Option<()> {
+    let pods: serde_json::Value =
+        serde_json::from_slice(&weft(state, &["get", "pods", "-o", "json"]).stdout).unwrap_or_default();
+    pods["items"]
+        .as_array()
+        .is_some_and(|p| p.is_empty())
+        .then_some(())
+}
+
 /// A child process killed and reaped when dropped.
 pub struct KillOnDrop(pub Child);
 

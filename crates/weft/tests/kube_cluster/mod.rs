@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::common::*;
-use serde_json::{Value, json};
+use serde_json::Value;
 use weft_store::fake_api::strict::Rules;
 use weft_store::fake_api::{FakeApiServer, TcpServer};
 use weft_store::{MemoryStore, Object, Resource, ResourceType, Store};
@@ -110,6 +110,19 @@ impl FakeCluster {
     }
 }
 
+/// The fake API serving pods, NADs, IPReservations and IPAMClaims in `node`.
+pub fn ipam_cluster(node: &Netns) -> FakeCluster {
+    FakeCluster::serving(
+        node,
+        vec![
+            pods(),
+            nads(),
+            weft_ipam::IpReservation::resource_type(),
+            weft_ipam::IpamClaim::resource_type(),
+        ],
+    )
+}
+
 impl Drop for FakeCluster {
     fn drop(&mut self) {
         // What the agent used of its role, for comparing the role with it (--no-capture).
@@ -142,22 +155,7 @@ impl KubeAgent {
     pub fn start_on(node: &Netns, cluster: &FakeCluster, node_name: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path();
-        let bin = state.join("bin");
-        install_plugins(&bin);
-        let conf_dir = state.join("net.d");
-        std::fs::create_dir_all(&conf_dir).unwrap();
-        let cluster_network = json!({
-            "cniVersion": "1.0.0", "name": "cluster",
-            "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true,
-                         "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.251.0.0/24"}]],
-                                  "routes": [{"dst": "0.0.0.0/0"}], "dataDir": state.join("hl-cluster")}}]
-        });
-        std::fs::write(conf_dir.join("10-cluster.conflist"), cluster_network.to_string()).unwrap();
-        let conf = json!({
-            "cniVersion": "1.0.0", "name": "weft", "type": "weft-cni",
-            "clusterNetwork": conf_dir.join("10-cluster.conflist"),
-            "daemonSocketDir": state,
-        });
+        let (bin, conf) = node_cni(state, "10.251.0.0/24");
         let kubeconfig = state.join("kubeconfig");
         cluster
             .tcp
