@@ -168,17 +168,19 @@ pub async fn collect_if_orphan(store: &Arc<dyn Store>, ns: &str, name: &str) -> 
 }
 
 /// The claims a VM object may have (`<vm>.<network>` per secondary Multus network of its
-/// template), read from the raw object as a watch delivered it (pure). A template whose
-/// networks do not parse has none (the VM's admission names the error).
+/// template), read from the raw object as a watch delivered it (pure). Each network is
+/// parsed on its own: one that does not parse has no claim, the others keep theirs (this
+/// runs when the VM is deleted, to release its claims).
 pub fn claim_names_of_vm_object(vm: &weft_store::Object) -> Vec<String> {
     let networks = vm
         .data
         .get("spec")
         .and_then(|spec| spec.pointer("/template/spec/networks"))
-        .and_then(|n| Vec::<Network>::deserialize(n).ok())
-        .unwrap_or_default();
+        .and_then(Value::as_array);
     networks
-        .iter()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| Network::deserialize(n).ok())
         .filter(|n| n.is_secondary())
         .map(|n| claim_name(&vm.metadata.name, &n.name))
         .collect()
@@ -289,9 +291,15 @@ mod tests {
             {"name": "default", "pod": {}},
             {"name": "blue", "multus": {"networkName": "tenant-blue"}},
             {"name": "primary", "multus": {"networkName": "x", "default": true}},
-            {"name": "red", "multus": {"networkName": "ns2/red"}}
+            {"name": "red", "multus": {"networkName": "ns2/red"}},
+            {"name": 7, "multus": {"networkName": "broken"}},
+            {"name": "green", "multus": {"networkName": "g", "default": "not a bool"}}
         ]));
-        assert_eq!(claim_names_of_vm_object(&vm), ["vm1.blue", "vm1.red"]);
+        assert_eq!(
+            claim_names_of_vm_object(&vm),
+            ["vm1.blue", "vm1.red"],
+            "an entry that does not parse costs only its own claim"
+        );
         assert!(claim_names_of_vm_object(&object(serde_json::json!("not a list"))).is_empty());
         assert!(claim_names_of_vm_object(&object(Value::Null)).is_empty());
     }

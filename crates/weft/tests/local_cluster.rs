@@ -91,11 +91,13 @@ fn exercise(state: &std::path::Path) {
             c.iter()
                 .any(|c| c["type"] == "AgentConnected" && c["status"] == "True")
         });
-        if (agent_sourced && connected && vmi["status"]["guestOSInfo"]["id"].is_string())
-            || std::time::Instant::now() > deadline
-        {
+        if agent_sourced && connected && vmi["status"]["guestOSInfo"]["id"].is_string() {
             break vmi;
         }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for vm1's guest-agent view (interfaces, AgentConnected, guestOSInfo): {vmi}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(500));
     };
     let interfaces = vmi["status"]["interfaces"]

@@ -264,11 +264,23 @@ fn exercise(state: &Path) {
     }
     // The old launcher pod goes in a later pass of the controller: gone before the start, so
     // the new VMI's checks see one launcher pod.
-    while json(state, &["get", "pods", "-o", "json"])
-        .to_string()
-        .contains("virt-launcher-vmp-")
-    {
-        assert!(Instant::now() < deadline, "the stopped VM's launcher pod stays");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let pods = json(state, &["get", "pods", "-o", "json"]);
+        let gone = pods["items"].as_array().is_some_and(|items| {
+            !items.iter().any(|p| {
+                p["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("virt-launcher-vmp-"))
+            })
+        });
+        if gone {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stopped VM's launcher pod stays: {pods}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     // Start: a new pod, a new passt, everything again.

@@ -507,13 +507,17 @@ pub fn abort_unstarted(state: &mut MigrationState, now: &str) {
     end_source_state(state, &aborted, now);
 }
 
-/// The step of a migration whose target could not be created (`error`): Failed, nothing
-/// else to do (no state was recorded, no pod exists).
+/// The step of a migration whose target could not be created (`error`): Failed, and the
+/// VMI's `migrationState` marked failed when it was written before the pod's creation failed
+/// (a state that is this migration's; none is left alone). No pod exists to delete.
 pub fn target_creation_failed(error: String) -> MigrationStep {
     MigrationStep {
         phase: MigrationPhase::Failed,
         reason: Some(error),
-        actions: MigrationActions::default(),
+        actions: MigrationActions {
+            fail_state: true,
+            ..Default::default()
+        },
     }
 }
 

@@ -700,12 +700,22 @@ fn a_step_changes_the_state_for_an_abort_or_a_failure() {
     quiet.reason = None;
     step_state_change(&mut state, &quiet, "t1");
     assert!(state.failed && state.failure_reason.is_empty());
-    // The target could not be created: Failed with the error, nothing to undo.
+    // The target could not be created: Failed with the error; a state already recorded for
+    // it is marked failed, no pod to delete.
     let failed = target_creation_failed("no node to migrate to".into());
     assert_eq!(failed.phase, Failed);
     assert_eq!(failed.reason.as_deref(), Some("no node to migrate to"));
-    assert_eq!(failed.actions, MigrationActions::default());
-    assert!(!failed.actions.changes_state());
+    assert_eq!(
+        failed.actions,
+        MigrationActions {
+            fail_state: true,
+            ..Default::default()
+        }
+    );
+    assert!(failed.actions.changes_state());
+    let mut written = MigrationState::default();
+    step_state_change(&mut written, &failed, "t2");
+    assert!(written.failed && written.failure_reason == "no node to migrate to");
 }
 
 #[test]

@@ -451,6 +451,7 @@ fn lifecycle_event(agent: bool, what: Lifecycle) -> (&'static str, &'static str)
         (false, Exited) => (events::WARNING, "ControllerDown"),
         (true, Restarted) => (events::NORMAL, "AgentRestarted"),
         (false, Restarted) => (events::NORMAL, "ControllerRestarted"),
+        // Only agents report a first start (the controller has no node to make Ready).
         (_, Ready) => (events::NORMAL, "AgentReady"),
         (true, GaveUp) => (events::WARNING, "AgentCrashLooping"),
         (false, GaveUp) => (events::WARNING, "ControllerCrashLooping"),

@@ -379,9 +379,11 @@ async fn start_source(
     migration: &mut PodMigration,
 ) -> anyhow::Result<()> {
     let now = weft_store::now_rfc3339();
-    let Some(guest) = launcher.guest.as_ref() else {
-        return Ok(());
-    };
+    // `source_action` starts a transfer only with a guest; without one this is a bug.
+    let guest = launcher
+        .guest
+        .as_ref()
+        .context("a transfer was started without a running guest")?;
     let bandwidth = find_migration(agent, ns, uid)
         .await?
         .and_then(|m| {
