@@ -31,6 +31,31 @@ pub fn vm_printable_status(wants_running: bool, vmi_phase: Option<&str>) -> &'st
     }
 }
 
+/// What the VM controller does with a VM's VMI in one pass.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum VmAction<'a> {
+    /// Create the VMI from the template (after admission).
+    CreateVmi,
+    /// Delete this VMI: the VM does not want to run.
+    DeleteVmi(&'a VirtualMachineInstance),
+    /// Carry template changes to this running VMI (hot-plug, unplug, link state).
+    SyncVmi(&'a VirtualMachineInstance),
+    /// Nothing: stopped and no VMI, or its deletion is under way.
+    Nothing,
+}
+
+/// The pass for VM `vm` whose VMI of the same name is `vmi` (`None`: none exists).
+pub fn vm_action<'a>(vm: &VirtualMachine, vmi: Option<&'a VirtualMachineInstance>) -> VmAction<'a> {
+    match (wants_running(vm), vmi) {
+        (true, None) => VmAction::CreateVmi,
+        (false, Some(vmi)) if vmi.metadata.deletion_timestamp.is_none() => VmAction::DeleteVmi(vmi),
+        // A VMI being deleted while the VM wants to run again: synced until it is gone, then
+        // created anew (KubeVirt waits for the old one the same way).
+        (true, Some(vmi)) => VmAction::SyncVmi(vmi),
+        (false, _) => VmAction::Nothing,
+    }
+}
+
 /// The VM status fields the controller owns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VmStatusUpdate {
@@ -175,6 +200,25 @@ pub fn set_vmi_scheduling(status: &mut VmiStatus) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_vm_pass_creates_deletes_or_syncs_its_vmi() {
+        let running = vm(json!({"running": true}), json!({}));
+        let stopped = vm(json!({"runStrategy": "Halted"}), json!({}));
+        let live = vmi("Running");
+        let mut going = vmi("Running");
+        going.metadata.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
+        assert_eq!(vm_action(&running, None), VmAction::CreateVmi);
+        assert_eq!(vm_action(&running, Some(&live)), VmAction::SyncVmi(&live));
+        assert_eq!(vm_action(&running, Some(&going)), VmAction::SyncVmi(&going));
+        assert_eq!(vm_action(&stopped, Some(&live)), VmAction::DeleteVmi(&live));
+        assert_eq!(
+            vm_action(&stopped, Some(&going)),
+            VmAction::Nothing,
+            "deleted once"
+        );
+        assert_eq!(vm_action(&stopped, None), VmAction::Nothing);
+    }
 
     fn vm(spec: Value, status: Value) -> VirtualMachine {
         serde_json::from_value(json!({"metadata": {"name": "vm", "namespace": "ns"},

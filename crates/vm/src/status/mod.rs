@@ -20,7 +20,7 @@ pub use handler::{
     handler_status_interfaces, pod_interface_cache,
 };
 pub use lifecycle::{
-    VmStatusUpdate, mark_vmi_failed, plan_vm_status, set_ready_condition, vm_printable_status,
-    vmi_phase_from_pod, wants_running,
+    VmAction, VmStatusUpdate, mark_vmi_failed, plan_vm_status, set_ready_condition, vm_action,
+    vm_printable_status, vmi_phase_from_pod, wants_running,
 };
 pub use report::{DHCP_RECORD_ANNOTATION, GUEST_REPORT_ANNOTATION, LauncherReport, apply_launcher_report};

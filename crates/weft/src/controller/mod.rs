@@ -24,6 +24,7 @@ use anyhow::Context;
 use serde_json::Value;
 use weft_netconf::NetworkAttachmentDefinition;
 use weft_store::{Api, ListOptions, Object, ObjectMeta, OwnerReference, Resource, Store};
+use weft_vm::status::VmAction;
 use weft_vm::{VirtualMachine, VirtualMachineInstance};
 
 use crate::kinds::{Node, Pod};
@@ -124,9 +125,8 @@ pub(super) async fn reconcile_vm(
     let existing = vmis
         .iter()
         .find(|v| v.metadata.namespace.as_deref() == Some(&ns) && v.metadata.name == vm.metadata.name);
-    let running = wants_running(vm);
-    match (running, existing) {
-        (true, None) => {
+    match weft_vm::status::vm_action(vm, existing) {
+        VmAction::CreateVmi => {
             // The VMI goes through the admission every VMI write gets; a template it denies
             // gives the VM a Failure condition instead of a VMI (and no error loop).
             let mut vmi = vmi_from_template(vm);
@@ -145,11 +145,11 @@ pub(super) async fn reconcile_vm(
             api.create(&vmi).await?;
             set_vm_failure(store, vm, None).await?;
         }
-        (false, Some(vmi)) if vmi.metadata.deletion_timestamp.is_none() => {
+        VmAction::DeleteVmi(vmi) => {
             api.delete(&vmi.metadata.name).await?;
         }
-        (true, Some(vmi)) => sync_template_changes(store, vm, vmi).await?,
-        _ => {}
+        VmAction::SyncVmi(vmi) => sync_template_changes(store, vm, vmi).await?,
+        VmAction::Nothing => {}
     }
     // The VM's status from the VMI as this reconcile found it (the VMI's own changes bring
     // the VM back: reconciler::keys_for).

@@ -475,3 +475,55 @@ fn a_vmi_from_the_template_keeps_its_metadata_names_its_vm_and_is_owned_by_it() 
     assert_eq!(bare.metadata.labels.len(), 1);
     assert!(bare.metadata.annotations.is_empty());
 }
+
+#[test]
+fn manifests_are_checked_before_anything_is_created() {
+    let object = |value: Value| -> weft_store::Object { typed(value) };
+    let nad = |name: &str, config: &str| {
+        object(
+            json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": name, "namespace": "default"}, "spec": {"config": config}}),
+        )
+    };
+    let vm = |network: &str| {
+        object(json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": "vm1", "namespace": "default"},
+            "spec": {"running": true, "template": {"spec": {
+                "networks": [{"name": "default", "pod": {}}, {"name": "data", "multus": {"networkName": network}}],
+                "domain": {"devices": {"interfaces": [
+                    {"name": "default", "masquerade": {}}, {"name": "data", "bridge": {}}]}}}}}}))
+    };
+    let good = nad("data", r#"{"cniVersion":"1.0.0","type":"bridge"}"#);
+    super::validate_manifests(&[good.clone(), vm("data")]).unwrap();
+    super::validate_manifests(&[good.clone(), vm("default/data")]).unwrap();
+    let missing = super::validate_manifests(&[good.clone(), vm("nope")]).unwrap_err();
+    assert_eq!(
+        format!("{missing:#}"),
+        "VirtualMachine default/vm1: spec.template.spec.networks[1].multus.networkName: NetworkAttachmentDefinition default/nope does not exist"
+    );
+    let other_ns = super::validate_manifests(&[good.clone(), vm("other/data")]).unwrap_err();
+    assert!(
+        format!("{other_ns:#}").contains("other/data does not exist"),
+        "{other_ns:#}"
+    );
+    let broken = super::validate_manifests(&[nad("data", "{not json"), vm("data")]).unwrap_err();
+    assert!(
+        format!("{broken:#}").contains("spec.config is not valid JSON"),
+        "{broken:#}"
+    );
+    // An interface without a network: KubeVirt's admission message, the manifest named.
+    let mut lonely = vm("data");
+    lonely.data["spec"]["template"]["spec"]["networks"]
+        .as_array_mut()
+        .unwrap()
+        .pop();
+    let denied = super::validate_manifests(&[good, lonely]).unwrap_err();
+    assert!(
+        format!("{denied:#}").starts_with("VirtualMachine default/vm1: "),
+        "{denied:#}"
+    );
+    // Other kinds pass untouched.
+    super::validate_manifests(&[object(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "default"}}))])
+    .unwrap();
+}
