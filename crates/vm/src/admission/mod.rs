@@ -53,6 +53,22 @@ impl Cause {
     }
 }
 
+/// `field: message`, the form weft's conditions and errors show a cause in.
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Causes as one message (`field: message; field: message`), e.g. a Failed VMI's reason.
+pub fn causes_message<'a>(causes: impl IntoIterator<Item = &'a Cause>) -> String {
+    causes
+        .into_iter()
+        .map(Cause::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Checks that only run when an object is created (discontinued bindings).
 pub fn validate_creation(root: &str, spec: &VmiSpec) -> Vec<Cause> {
     let mut causes = Vec::new();
@@ -123,6 +139,23 @@ pub fn validate_vm_create(template: &VmiSpec, config: &ClusterConfig) -> Vec<Cau
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn causes_read_as_field_and_message_joined() {
+        use super::{Cause, CauseType, causes_message};
+        let a = Cause::new(
+            CauseType::FieldValueRequired,
+            "spec.networks[0].name",
+            "must be set",
+        );
+        let b = Cause::new(CauseType::FieldValueInvalid, "spec.x", "bad");
+        assert_eq!(a.to_string(), "spec.networks[0].name: must be set");
+        assert_eq!(
+            causes_message([&a, &b]),
+            "spec.networks[0].name: must be set; spec.x: bad"
+        );
+        assert_eq!(causes_message(&[] as &[Cause]), "");
+    }
+
     use super::*;
     use crate::api::{Interface, Marker, Network};
 

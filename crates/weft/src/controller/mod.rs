@@ -99,7 +99,7 @@ pub fn validate_manifests(objects: &[Object]) -> anyhow::Result<()> {
         };
         let causes = weft_vm::validate_create(root, &vmi.spec, &config);
         if let Some(cause) = causes.first() {
-            anyhow::bail!("{label}: {}: {}", cause.field, cause.message);
+            anyhow::bail!("{label}: {cause}");
         }
         for (index, network) in vmi.spec.networks.iter().enumerate() {
             if let Some(multus) = &network.multus {
@@ -324,11 +324,7 @@ pub(super) async fn reconcile_vmi(
         weft_vm::apply_network_defaults(&mut defaulted.spec, &config)?;
         let causes = weft_vm::validate("spec", &defaulted.spec, &config);
         if !causes.is_empty() {
-            let message = causes
-                .iter()
-                .map(|c| format!("{}: {}", c.field, c.message))
-                .collect::<Vec<_>>()
-                .join("; ");
+            let message = weft_vm::admission::causes_message(&causes);
             let now = weft_store::now_rfc3339();
             api.modify_status(&vmi.metadata.name, |v| {
                 let status = v.status.get_or_insert_with(Default::default);

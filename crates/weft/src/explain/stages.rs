@@ -138,15 +138,13 @@ impl<'a> Context<'a> {
                 || net.is_some_and(|n| field.contains(&n))
                 || !(field.contains("interfaces[") || field.contains("networks["))
         };
-        let causes: Vec<String> = decision
-            .causes
-            .iter()
-            .filter(|c| mine(&c.field))
-            .map(|c| format!("{}: {}", c.field, c.message))
-            .collect();
+        let causes: Vec<&weft_vm::Cause> = decision.causes.iter().filter(|c| mine(&c.field)).collect();
         if !causes.is_empty() {
             return Finding::failed(
-                format!("admission refuses it: {}", causes.join("; ")),
+                format!(
+                    "admission refuses it: {}",
+                    weft_vm::admission::causes_message(causes)
+                ),
                 "fix the VM's spec as the message says and apply it again",
             );
         }
