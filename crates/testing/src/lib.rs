@@ -2,6 +2,7 @@
 //! commands run in them.
 
 pub mod agent;
+pub mod real_apiserver;
 
 use std::fs::File;
 use std::os::fd::AsRawFd;

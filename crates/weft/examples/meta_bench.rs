@@ -13,8 +13,9 @@
 //!    a time, sampled every 50 ms; then DEL of all and a check that nothing is left.
 //!
 //! Also 8 pods ADDing at once (part 1b) against 8 threads running the delegates directly. With
-//! `WEFT_BENCH_KUBECONFIG` (and `WEFT_BENCH_ADMIN_KUBECONFIG`, optionally `WEFT_BENCH_AUDIT_LOG`;
-//! see `meta_bench/kube.rs`) agents on the Kubernetes API join parts 1 and 1b, the API requests
+//! `WEFT_KUBE_APISERVER` (a kube-apiserver binary: the bench starts it on etcd) or
+//! `WEFT_BENCH_KUBECONFIG` (an API server of your own; see `meta_bench/kube.rs`) agents on the
+//! Kubernetes API join parts 1 and 1b, the API requests
 //! per pod ADD and DEL are counted from the audit log, and an agent with many pods attached is
 //! restarted (time until it serves, requests it makes). Without it those are skipped.
 //!
@@ -289,9 +290,10 @@ fn main() -> Result<()> {
         agents.push(("Kubernetes API: shim → agent, `--parallel-delegates 1`", k1));
         agents.push(("Kubernetes API: shim → agent, `--parallel-delegates 4`", k4));
     }
-    let server_cpu = kube::server_cpu_ms();
+    let server_cpu = kube.as_ref().and_then(kube::Kube::server_cpu_ms);
     add_del::run(&world, &agents, iterations)?;
-    if let (Some(before), Some(after)) = (server_cpu, kube::server_cpu_ms()) {
+    let server_cpu_after = kube.as_ref().and_then(kube::Kube::server_cpu_ms);
+    if let (Some(before), Some(after)) = (server_cpu, server_cpu_after) {
         println!(
             "\nAPI server + etcd CPU during part 1: {:.0} ms, {:.1} ms per Kubernetes ADD+DEL ({} of them; the machine's other API server is another process).",
             after - before,

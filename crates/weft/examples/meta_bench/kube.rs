@@ -1,9 +1,13 @@
-//! The Kubernetes backend: with `WEFT_BENCH_KUBECONFIG` (the `weft-node` ServiceAccount's, on an
-//! API server with deploy/'s CRDs and RBAC) and `WEFT_BENCH_ADMIN_KUBECONFIG` (one allowed to
-//! create NADs and pods in `default`), the same NADs and pods are created in the API server and
-//! agents run with `--kubeconfig`: they read pods and NADs from their watch caches and write
-//! network-status through `pods/status`. With `WEFT_BENCH_AUDIT_LOG` (the API server's audit log,
-//! JSON lines) the weft-node requests of each phase are counted from it.
+//! The Kubernetes backend. With `WEFT_KUBE_APISERVER` (the path to a kube-apiserver binary, as
+//! for the `real_apiserver` tests) the bench starts etcd + that API server itself (weft-testing's
+//! [`RealCluster`]: `--authorization-mode=Node,RBAC`, deploy/'s CRDs and RBAC, an audit log) and
+//! uses its `weft-node` ServiceAccount; or, with `WEFT_BENCH_KUBECONFIG` (the `weft-node`
+//! ServiceAccount's, on an API server with deploy/'s CRDs and RBAC) and
+//! `WEFT_BENCH_ADMIN_KUBECONFIG` (one allowed to create NADs and pods in `default`), an API server
+//! of your own. The same NADs and pods are created in the API server and agents run with
+//! `--kubeconfig`: they read pods and NADs from their watch caches and write network-status
+//! through `pods/status`. With the audit log (`WEFT_BENCH_AUDIT_LOG` for your own server) the
+//! weft-node requests of each phase are counted from it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,11 +16,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::Value;
+use weft_testing::real_apiserver::{APISERVER_ENV, RealCluster};
 
 use crate::world::World;
 use crate::{Agent, BURST_WORKERS, Netns, http};
 
-/// The variable naming the weft-node kubeconfig; without it the Kubernetes phases are skipped.
+/// The variable naming the weft-node kubeconfig of an API server of your own.
 pub const KUBECONFIG_ENV: &str = "WEFT_BENCH_KUBECONFIG";
 /// The variable naming a kubeconfig that may create the bench's NADs and pods.
 pub const ADMIN_ENV: &str = "WEFT_BENCH_ADMIN_KUBECONFIG";
@@ -32,17 +37,47 @@ const NODE_USER: &str = "system:serviceaccount:weft-system:weft-node";
 pub struct Kube {
     pub kubeconfig: PathBuf,
     pub audit: Option<PathBuf>,
+    /// The API server's and etcd's pids, when known.
+    pub server_pids: Vec<u32>,
+    /// The cluster the bench started (killed with it).
+    _cluster: Option<RealCluster>,
 }
 
 impl Kube {
-    /// From the environment; `None` (and a line saying so) without [`KUBECONFIG_ENV`].
+    /// From the environment; `None` (and a line saying so) without [`APISERVER_ENV`] or
+    /// [`KUBECONFIG_ENV`].
     pub fn from_env(world: &World) -> Result<Option<Self>> {
-        let Some(kubeconfig) = std::env::var_os(KUBECONFIG_ENV) else {
-            println!("# Kubernetes backend skipped: {KUBECONFIG_ENV} is not set");
-            return Ok(None);
-        };
-        let admin =
-            std::env::var_os(ADMIN_ENV).with_context(|| format!("{KUBECONFIG_ENV} needs {ADMIN_ENV}"))?;
+        let (kubeconfig, admin, audit, server_pids, cluster) =
+            match (std::env::var_os(KUBECONFIG_ENV), std::env::var_os(APISERVER_ENV)) {
+                (Some(kubeconfig), _) => {
+                    let admin = std::env::var_os(ADMIN_ENV)
+                        .with_context(|| format!("{KUBECONFIG_ENV} needs {ADMIN_ENV}"))?;
+                    let pids = std::env::var(SERVER_PIDS_ENV).unwrap_or_default();
+                    let pids = pids.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+                    let audit = std::env::var_os(AUDIT_ENV).map(PathBuf::from);
+                    (PathBuf::from(kubeconfig), PathBuf::from(admin), audit, pids, None)
+                }
+                (None, Some(binary)) => {
+                    let mut cluster = RealCluster::start(Path::new(&binary));
+                    let node = cluster.dir.path().join("weft-node.kubeconfig");
+                    let admin = cluster.dir.path().join("bench-admin.kubeconfig");
+                    cluster.kubeconfig_for("weft-node", &node);
+                    cluster.admin_kubeconfig("weft-bench-admin", &admin);
+                    let (audit, pids) = (cluster.audit_log(), cluster.server_pids());
+                    println!(
+                        "# Kubernetes backend: kube-apiserver {} started on 127.0.0.1:{} (pids {pids:?})",
+                        Path::new(&binary).display(),
+                        cluster.port
+                    );
+                    (node, admin, Some(audit), pids, Some(cluster))
+                }
+                (None, None) => {
+                    println!(
+                        "# Kubernetes backend skipped: neither {APISERVER_ENV} nor {KUBECONFIG_ENV} is set"
+                    );
+                    return Ok(None);
+                }
+            };
         let applied = Command::new(&world.weft)
             .arg("--kubeconfig")
             .arg(&admin)
@@ -54,21 +89,22 @@ impl Kube {
             "weft apply to the API server: {}",
             String::from_utf8_lossy(&applied.stderr)
         );
-        let kubeconfig = PathBuf::from(kubeconfig);
         forward_into(&world.node, &api_server_address(&kubeconfig)?)?;
         Ok(Some(Self {
             kubeconfig,
-            audit: std::env::var_os(AUDIT_ENV).map(PathBuf::from),
+            audit,
+            server_pids,
+            _cluster: cluster,
         }))
     }
-}
 
-/// CPU (ms) the API server and etcd ([`SERVER_PIDS_ENV`]) have used so far, if named.
-pub fn server_cpu_ms() -> Option<f64> {
-    let pids = std::env::var(SERVER_PIDS_ENV).ok()?;
-    pids.split_whitespace()
-        .map(|p| p.parse().ok().and_then(|pid| crate::cpu_ms(pid).ok()))
-        .sum()
+    /// CPU (ms) the API server and etcd have used so far, if their pids are known.
+    pub fn server_cpu_ms(&self) -> Option<f64> {
+        if self.server_pids.is_empty() {
+            return None;
+        }
+        self.server_pids.iter().map(|pid| crate::cpu_ms(*pid).ok()).sum()
+    }
 }
 
 /// `host:port` of the API server a kubeconfig names (its first `server:`).
