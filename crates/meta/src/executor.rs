@@ -82,6 +82,41 @@ fn rollback_suffix(errors: &[(String, String)]) -> String {
     format!(" (rollback also failed: {})", list.join(" / "))
 }
 
+/// How a pod's delegates are run, decided from its plans alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    /// The master (cluster network) is ADDed alone before the others and DELeted after them.
+    pub master_alone: bool,
+    /// How many of the other delegates are in flight at once (1: one after another, in plan
+    /// order on ADD and in reverse on DEL).
+    pub workers: usize,
+}
+
+/// The order of a pod's delegates with up to `parallelism` at once. Multus runs them one after
+/// another; weft runs them concurrently unless one depends on another:
+/// - a delegate with `linkInContainer` (its `master` is a link in the pod, possibly another
+///   delegate's interface) → every delegate in plan order;
+/// - a `default-route` edit on any interface → the master first, alone (its default route is
+///   edited before a secondary adds its own; the reference plugins fail to add a second
+///   default route);
+/// - otherwise the master is one of the concurrent delegates (it has no reason to go first:
+///   the interfaces, bridges and IPAM ranges are each delegate's own).
+pub fn schedule(plans: &[DelegatePlan], parallelism: usize) -> Schedule {
+    let has_master = plans.first().is_some_and(|p| p.is_master);
+    if parallelism <= 1 || plans.iter().any(|p| p.config.uses_link_in_container()) {
+        return Schedule {
+            master_alone: has_master,
+            workers: 1,
+        };
+    }
+    let master_alone = has_master && plans.iter().any(|p| p.default_route.action.is_some());
+    let rest = plans.len() - usize::from(master_alone);
+    Schedule {
+        master_alone,
+        workers: parallelism.min(rest).max(1),
+    }
+}
+
 /// Runs plans through a [`CniRuntime`].
 pub struct Executor<'a, E: PluginExec> {
     cni: &'a CniRuntime<E>,
@@ -99,15 +134,16 @@ impl<'a, E: PluginExec> Executor<'a, E> {
         }
     }
 
-    /// Run up to `n` secondary delegates at once after the master (≥ 1). Results, statuses and
-    /// rollback order stay in plan order.
+    /// Run up to `n` delegates at once (≥ 1; see [`schedule`] for when the master still runs
+    /// alone and when everything runs in order). Results, statuses and rollback order stay in
+    /// plan order.
     pub fn with_parallelism(mut self, n: usize) -> Self {
         self.parallelism = n.max(1);
         self
     }
 
-    /// ADD every delegate. The master runs first, alone; the others follow (concurrently when
-    /// allowed). On the first failure no further delegate starts, and every delegate whose ADD
+    /// ADD every delegate in the order [`schedule`] decides. On the first failure no further
+    /// delegate starts, and every delegate whose ADD
     /// succeeded is DELeted in reverse plan order (not the failed one: see `rollback_targets`).
     pub fn add(
         &self,
@@ -124,11 +160,12 @@ impl<'a, E: PluginExec> Executor<'a, E> {
             }
             *slots[i].lock().expect("slot lock") = Some(outcome);
         };
-        let first_parallel = usize::from(plans.first().is_some_and(|p| p.is_master));
+        let order = schedule(plans, self.parallelism);
+        let first_parallel = usize::from(order.master_alone);
         for i in 0..first_parallel {
             run(i);
         }
-        if self.parallelism == 1 {
+        if order.workers == 1 {
             for i in first_parallel..plans.len() {
                 if failed.load(Ordering::SeqCst) {
                     break;
@@ -138,7 +175,7 @@ impl<'a, E: PluginExec> Executor<'a, E> {
         } else if !failed.load(Ordering::SeqCst) {
             let next = AtomicUsize::new(first_parallel);
             std::thread::scope(|scope| {
-                for _ in 0..self.parallelism.min(plans.len().saturating_sub(first_parallel)) {
+                for _ in 0..order.workers {
                     scope.spawn(|| {
                         loop {
                             if failed.load(Ordering::SeqCst) {
@@ -205,8 +242,8 @@ impl<'a, E: PluginExec> Executor<'a, E> {
         })
     }
 
-    /// DEL every delegate in reverse plan order (with parallelism: the secondaries
-    /// concurrently, then the master), whatever fails; `cached` are the ADD results in plan
+    /// DEL every delegate in reverse plan order (with parallelism: concurrently, the master
+    /// last when [`schedule`] runs it alone), whatever fails; `cached` are the ADD results in plan
     /// order when known (for `prevResult`).
     pub fn del(
         &self,
@@ -219,16 +256,18 @@ impl<'a, E: PluginExec> Executor<'a, E> {
                 .err()
                 .map(|e| (plans[i].display_name.clone(), e))
         };
-        let master_first = usize::from(plans.first().is_some_and(|p| p.is_master));
-        let errors: Vec<(String, String)> = if self.parallelism == 1 {
+        let order = schedule(plans, self.parallelism);
+        let master_last = usize::from(order.master_alone);
+        let errors: Vec<(String, String)> = if order.workers == 1 {
             (0..plans.len()).rev().filter_map(del).collect()
         } else {
-            // Secondaries concurrently, then the master last; errors in reverse plan order.
+            // Concurrently (the master last when it ran alone first); errors in reverse plan
+            // order.
             let slots: Vec<Mutex<Option<(String, String)>>> =
                 plans.iter().map(|_| Mutex::new(None)).collect();
-            let next = AtomicUsize::new(master_first);
+            let next = AtomicUsize::new(master_last);
             std::thread::scope(|scope| {
-                for _ in 0..self.parallelism.min(plans.len().saturating_sub(master_first)) {
+                for _ in 0..order.workers {
                     scope.spawn(|| {
                         loop {
                             let i = next.fetch_add(1, Ordering::SeqCst);
@@ -240,7 +279,7 @@ impl<'a, E: PluginExec> Executor<'a, E> {
                     });
                 }
             });
-            if master_first == 1 {
+            if master_last == 1 {
                 *slots[0].lock().expect("slot lock") = del(0);
             }
             slots

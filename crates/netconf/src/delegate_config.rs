@@ -135,6 +135,19 @@ impl DelegateConfig {
         serde_json::from_str(&self.text).expect("validated at parse")
     }
 
+    /// True when the plugin (or any plugin of a list) sets `linkInContainer` (CNI 1.1's macvlan,
+    /// ipvlan and vlan): its `master` is a link inside the pod's namespace, which another
+    /// delegate of the same pod may be the one to create.
+    pub fn uses_link_in_container(&self) -> bool {
+        let value = self.to_value();
+        let set = |plugin: &Map<String, Value>| plugin.get("linkInContainer") == Some(&Value::Bool(true));
+        set(&value)
+            || value
+                .get("plugins")
+                .and_then(Value::as_array)
+                .is_some_and(|plugins| plugins.iter().filter_map(Value::as_object).any(set))
+    }
+
     /// Capabilities set to `true` by the plugin (single) or by any plugin (list).
     pub fn capabilities(&self) -> BTreeSet<String> {
         let value = self.to_value();

@@ -83,6 +83,11 @@ fn plans(annotation: &str) -> (AttachmentRequest, Vec<DelegatePlan>) {
         );
     }
     catalog = catalog.with_nad("ns", "bad", r#"{"cniVersion":"1.0.0","type":"fail-plugin"}"#);
+    catalog = catalog.with_nad(
+        "ns",
+        "vlan",
+        r#"{"cniVersion":"1.0.0","type":"vlan","master":"net1","vlanId":7,"linkInContainer":true}"#,
+    );
     let request = AttachmentRequest {
         container_id: "ctr".into(),
         netns: "/run/netns/x".into(),
@@ -189,7 +194,7 @@ fn concurrent_failure_still_rolls_back_everything_started() {
     let mut expected_dels: Vec<&str> = added.iter().copied().filter(|i| *i != "net3").collect();
     expected_dels.sort_by_key(|ifname| std::cmp::Reverse(plans.iter().position(|p| p.ifname == *ifname)));
     assert_eq!(deleted, expected_dels);
-    assert_eq!(calls[0].2, "eth0");
+    assert!(added.contains(&"eth0"), "the master is taken first: {added:?}");
 }
 
 #[test]
@@ -202,6 +207,15 @@ fn del_reaches_every_delegate_in_reverse_and_reports_all_errors() {
     let calls = cni.executor().calls.lock().unwrap().clone();
     let order: Vec<&str> = calls.iter().map(|c| c.2.as_str()).collect();
     assert_eq!(order, vec!["net2", "net1", "eth0"]);
+    let cni = runtime(FakeExec::default());
+    Executor::new(&cni, &NoRouteEditor)
+        .with_parallelism(4)
+        .del(&request, &plans, &[])
+        .unwrap();
+    let calls = cni.executor().calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 3);
+    // With a default-route edit the master was ADDed alone first, and is DELeted last.
+    let (request, plans) = self::plans(r#"[{"name":"a","default-route":["10.0.1.1"]},{"name":"b"}]"#);
     let cni = runtime(FakeExec::default());
     Executor::new(&cni, &NoRouteEditor)
         .with_parallelism(4)
@@ -285,7 +299,9 @@ proptest::proptest! {
                 let mut expected: Vec<usize> = added.iter().copied().filter(|i| Some(*i) != fail_at.map(|f| f + 1)).collect();
                 expected.sort_unstable_by(|a, b| b.cmp(a));
                 proptest::prop_assert_eq!(deleted, expected);
-                proptest::prop_assert_eq!(added[0], 0, "the master always runs first");
+                if parallelism == 1 {
+                    proptest::prop_assert_eq!(added[0], 0, "one by one, the master runs first");
+                }
             }
         }
     }
@@ -371,4 +387,89 @@ fn device_info_is_copied_reported_and_removed() {
         !cni_file.exists(),
         "DEL without the device removes the device-info file"
     );
+}
+
+#[test]
+fn schedule_runs_everything_at_once_unless_a_delegate_depends_on_another() {
+    let at = |annotation: &str, parallelism: usize| schedule(&plans(annotation).1, parallelism);
+    let schedule = |master_alone, workers| Schedule {
+        master_alone,
+        workers,
+    };
+    // One by one (Multus): the master first.
+    assert_eq!(at("a,b", 1), schedule(true, 1));
+    // Independent delegates: the master is one of them.
+    assert_eq!(at("a,b", 4), schedule(false, 3));
+    assert_eq!(at("a,b,c,d", 4), schedule(false, 4));
+    assert_eq!(at("", 4), schedule(false, 1));
+    // A default-route edit: the master's routes are settled before any secondary's.
+    assert_eq!(
+        at(r#"[{"name":"a","default-route":["10.0.1.1"]},{"name":"b"}]"#, 4),
+        schedule(true, 2)
+    );
+    // linkInContainer: its master link may be another delegate's interface (net1 here).
+    assert_eq!(at("a,vlan", 4), schedule(true, 1));
+}
+
+/// ADDs wait at a gate until `expected` are in flight together (or 10 s passed): a concurrent
+/// schedule passes at once, one that serialises them records fewer.
+struct GateExec {
+    inner: FakeExec,
+    expected: usize,
+    in_flight: Mutex<usize>,
+    opened: std::sync::Condvar,
+    most: Mutex<usize>,
+}
+
+impl PluginExec for GateExec {
+    fn find(&self, plugin_type: &str, search_path: &[PathBuf]) -> Result<PathBuf, FindError> {
+        self.inner.find(plugin_type, search_path)
+    }
+
+    fn exec(&self, binary: &Path, env: &[(String, String)], stdin: &[u8]) -> Result<Vec<u8>, ExecError> {
+        if env.iter().any(|(k, v)| k == "CNI_COMMAND" && v == "ADD") {
+            let mut n = self.in_flight.lock().unwrap();
+            *n += 1;
+            let mut most = self.most.lock().unwrap();
+            *most = (*most).max(*n);
+            drop(most);
+            self.opened.notify_all();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while *self.most.lock().unwrap() < self.expected && std::time::Instant::now() < deadline {
+                n = self
+                    .opened
+                    .wait_timeout(n, std::time::Duration::from_millis(100))
+                    .unwrap()
+                    .0;
+            }
+            *n -= 1;
+        }
+        self.inner.exec(binary, env, stdin)
+    }
+}
+
+#[test]
+fn the_master_is_added_together_with_the_secondaries() {
+    let (request, plans) = plans("a,b");
+    let gate = GateExec {
+        inner: FakeExec::default(),
+        expected: 3,
+        in_flight: Mutex::new(0),
+        opened: std::sync::Condvar::new(),
+        most: Mutex::new(0),
+    };
+    let cni = CniRuntime::with_executor(Vec::<PathBuf>::new(), gate).without_version_negotiation();
+    let outcome = Executor::new(&cni, &NoRouteEditor)
+        .with_parallelism(4)
+        .add(&request, &plans)
+        .unwrap();
+    assert_eq!(
+        *cni.executor().most.lock().unwrap(),
+        3,
+        "eth0, net1 and net2 at once"
+    );
+    // Results and statuses stay in plan order.
+    let names: Vec<&str> = outcome.statuses.iter().map(|s| s.interface.as_str()).collect();
+    assert_eq!(names, ["eth0", "net1", "net2"]);
+    assert_eq!(outcome.result.ips[0].address.to_string(), "10.0.0.2/24");
 }

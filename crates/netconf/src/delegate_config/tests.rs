@@ -160,3 +160,21 @@ fn serde_round_trip_is_the_text() {
     assert_eq!(s, r#""{\"name\":\"n\",\"type\":\"t\"}""#);
     assert_eq!(serde_json::from_str::<DelegateConfig>(&s).unwrap(), c);
 }
+
+#[test]
+fn link_in_container_is_seen_in_a_plugin_or_any_plugin_of_a_list() {
+    let uses = |text: &str| DelegateConfig::parse(text).unwrap().uses_link_in_container();
+    assert!(uses(
+        r#"{"name":"v","type":"vlan","master":"net1","linkInContainer":true}"#
+    ));
+    assert!(uses(
+        r#"{"name":"l","plugins":[{"type":"macvlan","master":"eth0","linkInContainer":true},{"type":"tuning"}]}"#
+    ));
+    assert!(!uses(r#"{"name":"v","type":"vlan","master":"eth0"}"#));
+    assert!(!uses(r#"{"name":"v","type":"vlan","linkInContainer":false}"#));
+    // Only the boolean counts (the plugins parse it as a bool).
+    assert!(!uses(r#"{"name":"v","type":"vlan","linkInContainer":"true"}"#));
+    assert!(!uses(
+        r#"{"name":"l","plugins":[{"type":"bridge"},{"type":"tuning"}]}"#
+    ));
+}
