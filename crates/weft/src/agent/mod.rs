@@ -45,10 +45,14 @@ pub struct AgentArgs {
     /// Per-container cache of what was attached (for DEL).
     #[arg(long, default_value = "/var/lib/weft/cache")]
     pub cache_dir: PathBuf,
-    /// How many secondary delegates run at once after the cluster network (1: one after
-    /// another, as Multus).
+    /// How many of a pod's delegates run at once, the cluster network among them unless a
+    /// delegate depends on it (`weft_meta::schedule`; 1: one after another, as Multus).
     #[arg(long, default_value_t = 4)]
     pub parallel_delegates: usize,
+    /// The `AddedInterface` Events of an ADD: `per-pod` (one Event naming every interface, in
+    /// Multus' words: one API write per ADD) or `per-interface` (one per NIC, as Multus).
+    #[arg(long, value_enum, default_value_t = pod_events::InterfaceEvents::PerPod)]
+    pub interface_events: pod_events::InterfaceEvents,
     /// Daemon config (JSON): every key is overlaid on each request's config (thick mode).
     #[arg(long)]
     pub config: Option<PathBuf>,

@@ -38,18 +38,41 @@ pub fn added_message(status: &NetworkStatus) -> String {
     )
 }
 
-/// One `AddedInterface` Event per attachment of the pod's ADD (keyed by the interface: a
-/// sandbox's next ADD bumps the count of the same NIC's Event).
+/// Which `AddedInterface` Events an ADD records (`weft agent --interface-events`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum InterfaceEvents {
+    /// One Event per ADD naming every interface, each in Multus' words (`Add eth0 [..] from
+    /// ..; Add net1 [..] from ..`): one API write per pod instead of one per NIC.
+    #[default]
+    PerPod,
+    /// One Event per interface, as Multus.
+    PerInterface,
+}
+
+/// The `AddedInterface` Events of an ADD with `statuses`, as (key, message): per interface,
+/// keyed by it (a sandbox's next ADD bumps the count of the same NIC's Event), or one for the
+/// pod (unkeyed) whose message holds every interface's.
+pub fn added_events(mode: InterfaceEvents, statuses: &[NetworkStatus]) -> Vec<(String, String)> {
+    match mode {
+        InterfaceEvents::PerInterface => statuses
+            .iter()
+            .map(|status| (status.interface.clone(), added_message(status)))
+            .collect(),
+        InterfaceEvents::PerPod if statuses.is_empty() => Vec::new(),
+        InterfaceEvents::PerPod => {
+            let messages: Vec<String> = statuses.iter().map(added_message).collect();
+            vec![(String::new(), messages.join("; "))]
+        }
+    }
+}
+
+/// Record the `AddedInterface` Events of the pod's ADD ([`added_events`]).
 pub fn added(agent: &Agent, namespace: &str, name: &str, statuses: &[NetworkStatus]) {
     let pod = pod_reference(namespace, name);
-    for status in statuses {
-        agent.events.record_keyed(
-            &pod,
-            NORMAL,
-            ADDED_INTERFACE,
-            &status.interface,
-            &added_message(status),
-        );
+    for (key, message) in added_events(agent.args.interface_events, statuses) {
+        agent
+            .events
+            .record_keyed(&pod, NORMAL, ADDED_INTERFACE, &key, &message);
     }
 }
 
@@ -73,4 +96,45 @@ pub fn add_failed(agent: &Agent, request: &AttachmentRequest, error: &CniError) 
 pub fn hotplug_failed(agent: &Agent, namespace: &str, name: &str, message: &str) {
     let pod = pod_reference(namespace, name);
     agent.events.record(&pod, WARNING, FAILED_HOTPLUG, message);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(interface: &str, ip: &str, name: &str) -> NetworkStatus {
+        NetworkStatus {
+            name: name.into(),
+            interface: interface.into(),
+            ips: vec![ip.into()],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn added_events_are_one_per_pod_or_one_per_interface_in_multus_words() {
+        let statuses = [
+            status("eth0", "10.0.0.5", "cluster"),
+            status("net1", "10.1.0.5", "default/data"),
+        ];
+        assert_eq!(
+            added_events(InterfaceEvents::PerInterface, &statuses),
+            [
+                ("eth0".to_string(), "Add eth0 [10.0.0.5] from cluster".to_string()),
+                (
+                    "net1".to_string(),
+                    "Add net1 [10.1.0.5] from default/data".to_string()
+                ),
+            ]
+        );
+        assert_eq!(
+            added_events(InterfaceEvents::PerPod, &statuses),
+            [(
+                String::new(),
+                "Add eth0 [10.0.0.5] from cluster; Add net1 [10.1.0.5] from default/data".to_string()
+            )]
+        );
+        assert!(added_events(InterfaceEvents::PerPod, &[]).is_empty());
+        assert!(added_events(InterfaceEvents::PerInterface, &[]).is_empty());
+    }
 }
