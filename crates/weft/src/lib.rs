@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod agent;
+pub mod allocator;
 pub mod claims;
 pub mod cli;
 pub mod cluster;

@@ -214,8 +214,10 @@ pub fn run() -> i32 {
         Err(e) => e.exit(),
     };
     init_logging(&cli.log, cli.log_file.as_deref());
-    if matches!(cli.command, Command::Controller { .. }) {
-        crate::controller::allocator::limit_arenas();
+    // The long-running components' heaps (crate::allocator): the agent runs delegates on many
+    // short-lived threads at once, the controller holds large caches.
+    if matches!(cli.command, Command::Controller { .. } | Command::Agent(_)) {
+        crate::allocator::limit_arenas();
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -4,7 +4,6 @@
 //! Which of these run depends on the backend ([`Roles::for_backend`]): beside KubeVirt on
 //! Kubernetes only the claims and the reservation garbage collection.
 
-pub mod allocator;
 pub mod config;
 pub mod launcher_pod;
 pub mod migration;

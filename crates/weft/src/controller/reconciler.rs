@@ -285,7 +285,7 @@ pub async fn serve(
     let store: Arc<dyn Store> = cache.clone();
     let for_map = cache.clone();
     let for_resync = cache.clone();
-    let mut trim_policy = super::allocator::TrimPolicy::default();
+    let mut trim_policy = crate::allocator::TrimPolicy::default();
     let config = reconcile::Config {
         name: "controller",
         backoff: options.backoff,
@@ -297,7 +297,7 @@ pub async fn serve(
         // their watch events) goes back to the system once the queue is dry.
         on_idle: Some(Box::new(move |reconciled| {
             if trim_policy.on_idle(reconciled, std::time::Instant::now()) {
-                super::allocator::trim();
+                crate::allocator::trim();
             }
         })),
     };

@@ -1,10 +1,15 @@
-//! The controller's heap. At 10,000 VMs beside KubeVirt the controller's live data is tens of
-//! MiB, but glibc's malloc keeps what the initial LIST pages, the 20,000 claim POSTs and their
-//! watch events freed: spread over one arena per thread that ever allocated, and not returned
-//! to the system until a trim (docs/benchmarks.md, "Controller at 10,000 VMs"). Two things
-//! bound that: at most two arenas (the runtime has two workers), and a trim when the work
-//! queue runs dry after a large burst. The decision when to trim is [`TrimPolicy`] (pure); the
-//! calls into glibc are the two thin functions below.
+//! The heap of weft's long-running processes. glibc's malloc gives every thread that ever
+//! allocated an arena of its own (up to eight per core) and returns freed memory to the system
+//! only on a trim.
+//! - The controller: at 10,000 VMs beside KubeVirt its live data is tens of MiB, but the
+//!   initial LIST pages, the 20,000 claim POSTs and their watch events freed pages spread over
+//!   every arena (docs/benchmarks.md, "Controller at 10,000 VMs"): at most two arenas, and a
+//!   trim when the work queue runs dry after a large burst.
+//! - The node agent: every pod's delegates run on threads of their own (several pods at once,
+//!   several delegates each), each of which would otherwise get an arena: at most two.
+//!
+//! The decision when to trim is [`TrimPolicy`] (pure); the calls into glibc are the two thin
+//! functions below.
 
 use std::time::{Duration, Instant};
 
