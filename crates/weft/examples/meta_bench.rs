@@ -274,11 +274,17 @@ fn main() -> Result<()> {
     let kube = kube::Kube::from_env(&world)?;
     let k1 = kube
         .as_ref()
-        .map(|k| world.kube_agent("k1", 1, &k.kubeconfig))
+        .map(|k| world.kube_agent("k1", 1, &k.kubeconfig, &[]))
         .transpose()?;
     let k4 = kube
         .as_ref()
-        .map(|k| world.kube_agent("k4", 4, &k.kubeconfig))
+        .map(|k| world.kube_agent("k4", 4, &k.kubeconfig, &[]))
+        .transpose()?;
+    // The same with Multus' Events (one per NIC instead of one per ADD): what they cost to the
+    // API server (measured on its own, after part 1; idle until then).
+    let k4_each = kube
+        .as_ref()
+        .map(|k| world.kube_agent("k4e", 4, &k.kubeconfig, &["--interface-events", "per-interface"]))
         .transpose()?;
 
     let mut agents = vec![
@@ -295,12 +301,23 @@ fn main() -> Result<()> {
     let server_cpu_after = kube.as_ref().and_then(kube::Kube::server_cpu_ms);
     if let (Some(before), Some(after)) = (server_cpu, server_cpu_after) {
         println!(
-            "\nAPI server + etcd CPU during part 1: {:.0} ms, {:.1} ms per Kubernetes ADD+DEL ({} of them; the machine's other API server is another process).",
+            "\nAPI server + etcd CPU during part 1: {:.0} ms, {:.1} ms per Kubernetes ADD+DEL ({} of them; its idle work included).",
             after - before,
             (after - before) / (2 * (iterations + 2)) as f64,
             // Two Kubernetes variants, each iteration and the 2 warm-ups.
             2 * (iterations + 2)
         );
+    }
+    if let (Some(kube), Some(k4), Some(k4_each)) = (&kube, &k4, &k4_each) {
+        kube::server_cpu_per_pod(
+            &world,
+            kube,
+            &[
+                ("Kubernetes API, 4 (one Event per ADD)", k4),
+                ("Kubernetes API, 4, `--interface-events per-interface`", k4_each),
+            ],
+            iterations.min(pods / 2),
+        )?;
     }
     let mut concurrent_agents = vec![("shim → agent, 4 (default), embedded store", &a4)];
     if let Some(k4) = &k4 {
@@ -314,7 +331,7 @@ fn main() -> Result<()> {
         }
     }
     round_trip::run(&world, &a4, iterations)?;
-    drop((a1, a4_tmpfs, k1));
+    drop((a1, a4_tmpfs, k1, k4_each));
     rss::run(&world, &a4, pods, idle_at_start)?;
     if let (Some(kube), Some(k4)) = (&kube, k4) {
         drop(a4);

@@ -251,6 +251,60 @@ pub fn requests_per_pod(world: &World, agent: &Agent, audit: &Path, n: usize) ->
     Ok(())
 }
 
+/// The API server's and etcd's CPU per pod ADD+DEL for each of `agents`: `n` pods each (the
+/// part-3 pods `rss-<i>`, eth0 + 2 secondaries, a different set per agent, so that every ADD
+/// creates its Events as a new pod's would; the same pod again and again would be rate
+/// limited), one ADD+DEL after another, then 1 s for the Events (written on their own task),
+/// less the servers' idle CPU over the same time (measured first, 5 s).
+pub fn server_cpu_per_pod(world: &World, kube: &Kube, agents: &[(&str, &Agent)], n: usize) -> Result<()> {
+    let Some(idle_start) = kube.server_cpu_ms() else {
+        println!("# API server CPU per pod skipped: its pids are unknown");
+        return Ok(());
+    };
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs(5));
+    let idle_per_ms =
+        (kube.server_cpu_ms().unwrap_or(idle_start) - idle_start) / started.elapsed().as_secs_f64() / 1e3;
+    let pod_ns = Netns::new(31)?;
+    println!(
+        "\n## API server + etcd CPU per pod ADD+DEL ({n} pods one after another per variant, eth0 + 2 secondaries each; idle {:.1} ms/s taken off)\n",
+        idle_per_ms * 1e3
+    );
+    println!("| variant | CPU per ADD+DEL | weft-node Event writes per pod |");
+    println!("|---|---|---|");
+    for (v, (name, agent)) in agents.iter().enumerate() {
+        let container = |i: usize| format!("mb{}cpu{v}x{i}", std::process::id());
+        let pod = |i: usize| format!("rss-{}", v * n + i);
+        let mark = match &kube.audit {
+            Some(audit) => Some(audit_mark(audit)?),
+            None => None,
+        };
+        let before = kube.server_cpu_ms().unwrap_or_default();
+        let started = Instant::now();
+        for i in 0..n {
+            world.shim_ok(agent, &world.env("ADD", &container(i), &pod_ns.path(), &pod(i)))?;
+            world.shim_ok(agent, &world.env("DEL", &container(i), &pod_ns.path(), &pod(i)))?;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        let used = kube.server_cpu_ms().unwrap_or_default() - before;
+        let idle = idle_per_ms * started.elapsed().as_secs_f64() * 1e3;
+        let events = match (&kube.audit, mark) {
+            (Some(audit), Some(mark)) => {
+                let counts = audit_counts(audit, mark, None)?;
+                let writes: usize = counts
+                    .iter()
+                    .filter(|(k, _)| k.contains(" events ") && !k.starts_with("get "))
+                    .map(|(_, v)| v)
+                    .sum();
+                format!("{:.2}", writes as f64 / n as f64)
+            }
+            _ => "?".into(),
+        };
+        println!("| {name} | {:.1} ms | {events} |", (used - idle) / n as f64);
+    }
+    Ok(())
+}
+
 /// Agent restart on a node with `pods` attached pods (eth0 + 2 secondaries each, their
 /// network-status in the API server): the agent `tag` is killed and started again on the same
 /// cache; how long until it answers, is ready, CHECKs, DELs and ADDs, and what it asks the API
@@ -275,7 +329,7 @@ pub fn restart(world: &World, kube: &Kube, agent: Agent, tag: &str, pods: usize)
     };
 
     let started = Instant::now();
-    let agent = world.spawn_agent(tag, 4, None, Some(&kube.kubeconfig), "info")?;
+    let agent = world.spawn_agent(tag, 4, None, Some(&kube.kubeconfig), "info", &[])?;
     world.wait_healthy(tag, &agent)?;
     let healthy = started.elapsed();
     let (status, body) = http(&agent.socket, "GET", "/readyz", b"")?;

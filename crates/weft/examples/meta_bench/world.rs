@@ -139,19 +139,20 @@ impl World {
     /// Start an agent in the node netns with its own socket and cache (under the state dir,
     /// or `cache_dir`); waits for `/healthz`.
     pub fn agent(&self, tag: &str, parallel: usize, cache_dir: Option<&Path>) -> Result<Agent> {
-        let agent = self.spawn_agent(tag, parallel, cache_dir, None, "warn")?;
+        let agent = self.spawn_agent(tag, parallel, cache_dir, None, "warn", &[])?;
         self.wait_healthy(tag, &agent)?;
         Ok(agent)
     }
 
     /// [`World::agent`] on the Kubernetes API (`kubeconfig`: the weft-node ServiceAccount's).
-    pub fn kube_agent(&self, tag: &str, parallel: usize, kubeconfig: &Path) -> Result<Agent> {
-        let agent = self.spawn_agent(tag, parallel, None, Some(kubeconfig), "warn")?;
+    pub fn kube_agent(&self, tag: &str, parallel: usize, kubeconfig: &Path, extra: &[&str]) -> Result<Agent> {
+        let agent = self.spawn_agent(tag, parallel, None, Some(kubeconfig), "warn", extra)?;
         self.wait_healthy(tag, &agent)?;
         Ok(agent)
     }
 
-    /// Start an agent (embedded store, or the API server of `kubeconfig`) without waiting.
+    /// Start an agent (embedded store, or the API server of `kubeconfig`; `extra` agent
+    /// options) without waiting.
     pub fn spawn_agent(
         &self,
         tag: &str,
@@ -159,6 +160,7 @@ impl World {
         cache_dir: Option<&Path>,
         kubeconfig: Option<&Path>,
         log: &str,
+        extra: &[&str],
     ) -> Result<Agent> {
         let dir = self.state.join(tag);
         std::fs::create_dir_all(&dir)?;
@@ -185,6 +187,7 @@ impl World {
             .arg(&self.bin)
             .arg("--cni-bin-dir")
             .arg(PLUGIN_DIR)
+            .args(extra)
             .env("WEFT_LOG", log)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("agent.log"))?)
