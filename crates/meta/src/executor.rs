@@ -1,6 +1,7 @@
-//! Running a plan through the CNI runtime (the thin effectful side): ADD in order with rollback of
-//! what it attached on failure, independent secondaries optionally concurrent with deterministic
-//! result order; DEL in reverse collecting every error; CHECK on every delegate.
+//! Running a plan through the CNI runtime (the thin effectful side): ADD in the order
+//! [`schedule`] decides (delegates that do not depend on each other concurrently, the cluster
+//! network among them) with rollback of what it attached on failure and results in plan order;
+//! DEL in reverse collecting every error; CHECK on every delegate.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -87,29 +88,35 @@ fn rollback_suffix(errors: &[(String, String)]) -> String {
 pub struct Schedule {
     /// The master (cluster network) is ADDed alone before the others and DELeted after them.
     pub master_alone: bool,
-    /// How many of the other delegates are in flight at once (1: one after another, in plan
-    /// order on ADD and in reverse on DEL).
+    /// How many delegates are in flight at once, the master among them unless it runs alone
+    /// (1: one after another, in plan order on ADD and in reverse on DEL).
     pub workers: usize,
 }
 
 /// The order of a pod's delegates with up to `parallelism` at once. Multus runs them one after
-/// another; weft runs them concurrently unless one depends on another:
-/// - a delegate with `linkInContainer` (its `master` is a link in the pod, possibly another
-///   delegate's interface) → every delegate in plan order;
-/// - a `default-route` edit on any interface → the master first, alone (its default route is
-///   edited before a secondary adds its own; the reference plugins fail to add a second
-///   default route);
+/// another; weft runs them concurrently unless the order matters:
+/// - a delegate that changes shared state of the pod's namespace
+///   ([`DelegateConfig::needs_plan_order`](weft_netconf::DelegateConfig::needs_plan_order):
+///   `linkInContainer`, `vrf`, `sbr` without a table) → every delegate in plan order;
+/// - a `default-route` edit on any interface, or a secondary that may add a default route of
+///   its own ([`DelegateConfig::may_add_default_route`](weft_netconf::DelegateConfig::may_add_default_route))
+///   → the master first, alone (its default route is in place, or edited, before a secondary
+///   adds one: the reference plugins add routes exclusively, so the second one fails, and with
+///   Multus that is always the secondary);
 /// - otherwise the master is one of the concurrent delegates (it has no reason to go first:
 ///   the interfaces, bridges and IPAM ranges are each delegate's own).
 pub fn schedule(plans: &[DelegatePlan], parallelism: usize) -> Schedule {
     let has_master = plans.first().is_some_and(|p| p.is_master);
-    if parallelism <= 1 || plans.iter().any(|p| p.config.uses_link_in_container()) {
+    if parallelism <= 1 || plans.iter().any(|p| p.config.needs_plan_order()) {
         return Schedule {
             master_alone: has_master,
             workers: 1,
         };
     }
-    let master_alone = has_master && plans.iter().any(|p| p.default_route.action.is_some());
+    let master_alone = has_master
+        && plans
+            .iter()
+            .any(|p| p.default_route.action.is_some() || (!p.is_master && p.config.may_add_default_route()));
     let rest = plans.len() - usize::from(master_alone);
     Schedule {
         master_alone,

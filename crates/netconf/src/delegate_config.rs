@@ -135,17 +135,57 @@ impl DelegateConfig {
         serde_json::from_str(&self.text).expect("validated at parse")
     }
 
-    /// True when the plugin (or any plugin of a list) sets `linkInContainer` (CNI 1.1's macvlan,
-    /// ipvlan and vlan): its `master` is a link inside the pod's namespace, which another
-    /// delegate of the same pod may be the one to create.
-    pub fn uses_link_in_container(&self) -> bool {
-        let value = self.to_value();
-        let set = |plugin: &Map<String, Value>| plugin.get("linkInContainer") == Some(&Value::Bool(true));
-        set(&value)
-            || value
-                .get("plugins")
-                .and_then(Value::as_array)
-                .is_some_and(|plugins| plugins.iter().filter_map(Value::as_object).any(set))
+    /// The plugin's object, or every plugin object of a list.
+    fn plugin_objects(&self) -> Vec<Map<String, Value>> {
+        let mut value = self.to_value();
+        match value.remove("plugins") {
+            Some(Value::Array(plugins)) if !matches!(self.kind, DelegateKind::Plugin { .. }) => plugins
+                .into_iter()
+                .filter_map(|p| match p {
+                    Value::Object(p) => Some(p),
+                    _ => None,
+                })
+                .collect(),
+            _ => vec![value],
+        }
+    }
+
+    /// True when the delegate changes state of the pod's namespace that another delegate of the
+    /// same pod may share or name, so that a pod's delegates must run one after another in
+    /// plan order: `linkInContainer` (CNI 1.1's macvlan, ipvlan and vlan: the `master` is a link
+    /// in the pod, possibly another delegate's interface), `vrf` (finds the VRF by name or
+    /// creates it, and picks a free table), `sbr` without a `table` (picks the first free
+    /// routing table).
+    pub fn needs_plan_order(&self) -> bool {
+        self.plugin_objects().iter().any(|plugin| {
+            let kind = plugin.get("type").and_then(Value::as_str).unwrap_or_default();
+            plugin.get("linkInContainer") == Some(&Value::Bool(true))
+                || kind == "vrf"
+                || (kind == "sbr" && plugin.get("table").is_none_or(Value::is_null))
+        })
+    }
+
+    /// True when the delegate may install a default route of its own: a plugin with
+    /// `isDefaultGateway: true`, an `ipam` of type `dhcp` (the server's Router option becomes
+    /// `0.0.0.0/0`) or `ipam.routes` with a `/0` destination. The reference plugins add routes
+    /// exclusively, so whichever of two such delegates comes second fails: Multus' order (the
+    /// cluster network first) decides which one.
+    pub fn may_add_default_route(&self) -> bool {
+        self.plugin_objects().iter().any(|plugin| {
+            let ipam = plugin.get("ipam").and_then(Value::as_object);
+            plugin.get("isDefaultGateway") == Some(&Value::Bool(true))
+                || ipam.and_then(|i| i.get("type")).and_then(Value::as_str) == Some("dhcp")
+                || ipam
+                    .and_then(|i| i.get("routes"))
+                    .and_then(Value::as_array)
+                    .is_some_and(|routes| {
+                        routes.iter().any(|r| {
+                            r.get("dst")
+                                .and_then(Value::as_str)
+                                .is_some_and(|dst| dst.trim().ends_with("/0"))
+                        })
+                    })
+        })
     }
 
     /// Capabilities set to `true` by the plugin (single) or by any plugin (list).

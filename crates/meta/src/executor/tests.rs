@@ -85,6 +85,11 @@ fn plans(annotation: &str) -> (AttachmentRequest, Vec<DelegatePlan>) {
     catalog = catalog.with_nad("ns", "bad", r#"{"cniVersion":"1.0.0","type":"fail-plugin"}"#);
     catalog = catalog.with_nad(
         "ns",
+        "dhcp",
+        r#"{"cniVersion":"1.0.0","type":"macvlan","master":"eth9","ipam":{"type":"dhcp"}}"#,
+    );
+    catalog = catalog.with_nad(
+        "ns",
         "vlan",
         r#"{"cniVersion":"1.0.0","type":"vlan","master":"net1","vlanId":7,"linkInContainer":true}"#,
     );
@@ -409,6 +414,66 @@ fn schedule_runs_everything_at_once_unless_a_delegate_depends_on_another() {
     );
     // linkInContainer: its master link may be another delegate's interface (net1 here).
     assert_eq!(at("a,vlan", 4), schedule(true, 1));
+    // A secondary with a default route of its own (DHCP): the cluster network's comes first.
+    assert_eq!(at("a,dhcp", 4), schedule(true, 2));
+}
+
+#[test]
+fn a_failing_cluster_network_beside_the_secondaries_rolls_back_what_they_attached() {
+    let config = MetaConfig::parse(br#"{"cniVersion":"1.0.0","clusterNetwork":"cluster"}"#).unwrap();
+    let mut catalog = MemoryCatalog::default().with_conf_file(
+        "10-c.conf",
+        r#"{"cniVersion":"1.0.0","name":"cluster","type":"fail-cluster"}"#,
+    );
+    for name in ["a", "b"] {
+        catalog = catalog.with_nad(
+            "ns",
+            name,
+            &format!(r#"{{"cniVersion":"1.0.0","type":"{name}-plugin"}}"#),
+        );
+    }
+    let (request, _) = plans("");
+    let pod = Pod {
+        namespace: "ns".into(),
+        name: "p".into(),
+        uid: "u".into(),
+        annotations: [(weft_netconf::NETWORKS_ANNOTATION.to_string(), "a,b".to_string())].into(),
+    };
+    let plans = plan_add(&config, &request, Some(&pod), &catalog).unwrap();
+    assert_eq!(
+        schedule(&plans, 4),
+        Schedule {
+            master_alone: false,
+            workers: 3
+        }
+    );
+    let cni = runtime(FakeExec::default());
+    let err = Executor::new(&cni, &NoRouteEditor)
+        .with_parallelism(4)
+        .add(&request, &plans)
+        .unwrap_err();
+    assert!(matches!(err, ExecutorError::Add { failed: 0, .. }), "{err}");
+    assert!(
+        err.to_string().contains("\"cluster\""),
+        "the cluster network is named: {err}"
+    );
+    let calls = cni.executor().calls.lock().unwrap().clone();
+    let added: Vec<&str> = calls
+        .iter()
+        .filter(|c| c.0 == "ADD")
+        .map(|c| c.2.as_str())
+        .collect();
+    let deleted: Vec<&str> = calls
+        .iter()
+        .filter(|c| c.0 == "DEL")
+        .map(|c| c.2.as_str())
+        .collect();
+    // Whatever secondaries started beside it are DELeted in reverse plan order; the failed
+    // cluster network is not.
+    let mut expected: Vec<&str> = added.iter().copied().filter(|i| *i != "eth0").collect();
+    expected.sort_by_key(|ifname| std::cmp::Reverse(plans.iter().position(|p| p.ifname == *ifname)));
+    assert_eq!(deleted, expected);
+    assert!(added.contains(&"eth0"));
 }
 
 /// ADDs wait at a gate until `expected` are in flight together (or 10 s passed): a concurrent

@@ -162,19 +162,45 @@ fn serde_round_trip_is_the_text() {
 }
 
 #[test]
-fn link_in_container_is_seen_in_a_plugin_or_any_plugin_of_a_list() {
-    let uses = |text: &str| DelegateConfig::parse(text).unwrap().uses_link_in_container();
-    assert!(uses(
+fn plan_order_is_needed_for_link_in_container_vrf_and_sbr_without_a_table() {
+    let needs = |text: &str| DelegateConfig::parse(text).unwrap().needs_plan_order();
+    assert!(needs(
         r#"{"name":"v","type":"vlan","master":"net1","linkInContainer":true}"#
     ));
-    assert!(uses(
+    assert!(needs(
         r#"{"name":"l","plugins":[{"type":"macvlan","master":"eth0","linkInContainer":true},{"type":"tuning"}]}"#
     ));
-    assert!(!uses(r#"{"name":"v","type":"vlan","master":"eth0"}"#));
-    assert!(!uses(r#"{"name":"v","type":"vlan","linkInContainer":false}"#));
+    assert!(!needs(r#"{"name":"v","type":"vlan","master":"eth0"}"#));
+    assert!(!needs(r#"{"name":"v","type":"vlan","linkInContainer":false}"#));
     // Only the boolean counts (the plugins parse it as a bool).
-    assert!(!uses(r#"{"name":"v","type":"vlan","linkInContainer":"true"}"#));
-    assert!(!uses(
+    assert!(!needs(r#"{"name":"v","type":"vlan","linkInContainer":"true"}"#));
+    assert!(!needs(
         r#"{"name":"l","plugins":[{"type":"bridge"},{"type":"tuning"}]}"#
     ));
+    assert!(needs(
+        r#"{"name":"l","plugins":[{"type":"macvlan"},{"type":"vrf","vrfname":"blue"}]}"#
+    ));
+    assert!(needs(
+        r#"{"name":"l","plugins":[{"type":"bridge"},{"type":"sbr"}]}"#
+    ));
+    assert!(!needs(
+        r#"{"name":"l","plugins":[{"type":"bridge"},{"type":"sbr","table":101}]}"#
+    ));
+}
+
+#[test]
+fn a_default_route_of_its_own_is_seen_in_gateway_dhcp_and_zero_prefix_routes() {
+    let adds = |text: &str| DelegateConfig::parse(text).unwrap().may_add_default_route();
+    assert!(adds(r#"{"name":"b","type":"bridge","isDefaultGateway":true}"#));
+    assert!(adds(r#"{"name":"m","type":"macvlan","ipam":{"type":"dhcp"}}"#));
+    assert!(adds(
+        r#"{"name":"b","type":"bridge","ipam":{"type":"host-local","routes":[{"dst":"10.0.0.0/8"},{"dst":"0.0.0.0/0"}]}}"#
+    ));
+    assert!(adds(
+        r#"{"name":"l","plugins":[{"type":"bridge","ipam":{"type":"static","routes":[{"dst":"::/0"}]}},{"type":"tuning"}]}"#
+    ));
+    assert!(!adds(
+        r#"{"name":"b","type":"bridge","isGateway":true,"ipam":{"type":"host-local","routes":[{"dst":"10.0.0.0/8"}]}}"#
+    ));
+    assert!(!adds(r#"{"name":"b","type":"bridge","isDefaultGateway":false}"#));
 }

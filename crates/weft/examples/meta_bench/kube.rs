@@ -4,7 +4,7 @@
 //! uses its `weft-node` ServiceAccount; or, with `WEFT_BENCH_KUBECONFIG` (the `weft-node`
 //! ServiceAccount's, on an API server with deploy/'s CRDs and RBAC) and
 //! `WEFT_BENCH_ADMIN_KUBECONFIG` (one allowed to create NADs and pods in `default`), an API server
-//! of your own. The same NADs and pods are created in the API server and agents run with
+//! of your own (it wins when both are set). The same NADs and pods are created in the API server and agents run with
 //! `--kubeconfig`: they read pods and NADs from their watch caches and write network-status
 //! through `pods/status`. With the audit log (`WEFT_BENCH_AUDIT_LOG` for your own server) the
 //! weft-node requests of each phase are counted from it.

@@ -61,9 +61,25 @@ pub fn added_events(mode: InterfaceEvents, statuses: &[NetworkStatus]) -> Vec<(S
         InterfaceEvents::PerPod if statuses.is_empty() => Vec::new(),
         InterfaceEvents::PerPod => {
             let messages: Vec<String> = statuses.iter().map(added_message).collect();
-            vec![(String::new(), messages.join("; "))]
+            vec![(String::new(), cap_message(messages.join("; ")))]
         }
     }
+}
+
+/// The longest Event message events.k8s.io/v1 accepts (its `note`; core/v1 takes more, but
+/// clients and tools that read Events through the newer API should see it whole).
+pub const MESSAGE_LIMIT: usize = 1024;
+
+/// `message` cut to [`MESSAGE_LIMIT`] bytes at a character boundary, ending in `...` when cut.
+fn cap_message(message: String) -> String {
+    if message.len() <= MESSAGE_LIMIT {
+        return message;
+    }
+    let mut end = MESSAGE_LIMIT - 3;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &message[..end])
 }
 
 /// Record the `AddedInterface` Events of the pod's ADD ([`added_events`]).
@@ -135,6 +151,18 @@ mod tests {
             )]
         );
         assert!(added_events(InterfaceEvents::PerPod, &[]).is_empty());
+        // A pod with very many NICs: one message, cut to the limit.
+        let many: Vec<NetworkStatus> = (0..40)
+            .map(|i| status(&format!("net{i}"), "10.1.0.5", "tenant-ä/data"))
+            .collect();
+        let events = added_events(InterfaceEvents::PerPod, &many);
+        assert_eq!(events.len(), 1);
+        assert!(events[0].1.len() <= MESSAGE_LIMIT && events[0].1.ends_with("..."));
+        assert!(
+            events[0]
+                .1
+                .starts_with("Add net0 [10.1.0.5] from tenant-ä/data; Add net1")
+        );
         assert!(added_events(InterfaceEvents::PerInterface, &[]).is_empty());
     }
 }
