@@ -93,6 +93,15 @@ fn plans(annotation: &str) -> (AttachmentRequest, Vec<DelegatePlan>) {
         "vlan",
         r#"{"cniVersion":"1.0.0","type":"vlan","master":"net1","vlanId":7,"linkInContainer":true}"#,
     );
+    plan_pod(&config, &catalog, annotation)
+}
+
+/// The plans of pod `ns/p` (container `ctr`) whose networks annotation is `annotation`.
+fn plan_pod(
+    config: &MetaConfig,
+    catalog: &MemoryCatalog,
+    annotation: &str,
+) -> (AttachmentRequest, Vec<DelegatePlan>) {
     let request = AttachmentRequest {
         container_id: "ctr".into(),
         netns: "/run/netns/x".into(),
@@ -115,7 +124,7 @@ fn plans(annotation: &str) -> (AttachmentRequest, Vec<DelegatePlan>) {
         )]
         .into(),
     };
-    let plans = plan_add(&config, &request, Some(&pod), &catalog).unwrap();
+    let plans = plan_add(config, &request, Some(&pod), catalog).unwrap();
     (request, plans)
 }
 
@@ -184,51 +193,52 @@ fn concurrent_failure_still_rolls_back_everything_started() {
         .add(&request, &plans)
         .unwrap_err();
     assert!(matches!(err, ExecutorError::Add { failed: 3, .. }), "{err}");
-    let calls = cni.executor().calls.lock().unwrap().clone();
-    let added: Vec<&str> = calls
-        .iter()
-        .filter(|c| c.0 == "ADD")
-        .map(|c| c.2.as_str())
-        .collect();
-    let deleted: Vec<&str> = calls
-        .iter()
-        .filter(|c| c.0 == "DEL")
-        .map(|c| c.2.as_str())
-        .collect();
     // Everything attached is deleted, not the failed delegate (net3).
-    let mut expected_dels: Vec<&str> = added.iter().copied().filter(|i| *i != "net3").collect();
-    expected_dels.sort_by_key(|ifname| std::cmp::Reverse(plans.iter().position(|p| p.ifname == *ifname)));
-    assert_eq!(deleted, expected_dels);
-    assert!(added.contains(&"eth0"), "the master is taken first: {added:?}");
+    let added = assert_rolled_back(&cni, &plans, "net3");
+    assert!(
+        added.contains(&"eth0".to_string()),
+        "the master is taken first: {added:?}"
+    );
+}
+
+/// Asserts that every delegate whose ADD ran was DELeted once, in reverse plan order, except
+/// the failed one (`failed`); returns the interfaces ADDed.
+fn assert_rolled_back(cni: &CniRuntime<FakeExec>, plans: &[DelegatePlan], failed: &str) -> Vec<String> {
+    let calls = cni.executor().calls.lock().unwrap().clone();
+    let of = |verb: &str| -> Vec<String> {
+        calls
+            .iter()
+            .filter(|c| c.0 == verb)
+            .map(|c| c.2.clone())
+            .collect()
+    };
+    let (added, deleted) = (of("ADD"), of("DEL"));
+    let mut expected: Vec<String> = added.iter().filter(|i| *i != failed).cloned().collect();
+    expected.sort_by_key(|ifname| std::cmp::Reverse(plans.iter().position(|p| p.ifname == *ifname)));
+    assert_eq!(deleted, expected);
+    added
 }
 
 #[test]
 fn del_reaches_every_delegate_in_reverse_and_reports_all_errors() {
     let (request, plans) = plans("a,b");
-    let cni = runtime(FakeExec::default());
-    Executor::new(&cni, &NoRouteEditor)
-        .del(&request, &plans, &[])
-        .unwrap();
-    let calls = cni.executor().calls.lock().unwrap().clone();
-    let order: Vec<&str> = calls.iter().map(|c| c.2.as_str()).collect();
-    assert_eq!(order, vec!["net2", "net1", "eth0"]);
-    let cni = runtime(FakeExec::default());
-    Executor::new(&cni, &NoRouteEditor)
-        .with_parallelism(4)
-        .del(&request, &plans, &[])
-        .unwrap();
-    let calls = cni.executor().calls.lock().unwrap().clone();
-    assert_eq!(calls.len(), 3);
+    // The interfaces DELeted, in order, with `parallelism`.
+    let dels = |request: &AttachmentRequest, plans: &[DelegatePlan], parallelism: usize| {
+        let cni = runtime(FakeExec::default());
+        Executor::new(&cni, &NoRouteEditor)
+            .with_parallelism(parallelism)
+            .del(request, plans, &[])
+            .unwrap();
+        let calls = cni.executor().calls.lock().unwrap().clone();
+        calls.into_iter().map(|c| c.2).collect::<Vec<String>>()
+    };
+    assert_eq!(dels(&request, &plans, 1), ["net2", "net1", "eth0"]);
+    assert_eq!(dels(&request, &plans, 4).len(), 3);
     // With a default-route edit the master was ADDed alone first, and is DELeted last.
     let (request, plans) = self::plans(r#"[{"name":"a","default-route":["10.0.1.1"]},{"name":"b"}]"#);
-    let cni = runtime(FakeExec::default());
-    Executor::new(&cni, &NoRouteEditor)
-        .with_parallelism(4)
-        .del(&request, &plans, &[])
-        .unwrap();
-    let calls = cni.executor().calls.lock().unwrap().clone();
+    let calls = dels(&request, &plans, 4);
     assert_eq!(calls.len(), 3);
-    assert_eq!(calls[2].2, "eth0", "the master goes last");
+    assert_eq!(calls[2], "eth0", "the master goes last");
 }
 
 #[test]
@@ -348,14 +358,7 @@ fn device_info_is_copied_reported_and_removed() {
     std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
     let info = json!({"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:03:00.1"}});
     std::fs::write(&dp, info.to_string()).unwrap();
-    let (request, _) = plans("");
-    let pod = Pod {
-        namespace: "ns".into(),
-        name: "p".into(),
-        uid: "u".into(),
-        annotations: [(weft_netconf::NETWORKS_ANNOTATION.to_string(), "sriov".to_string())].into(),
-    };
-    let plans = plan_add(&config, &request, Some(&pod), &catalog).unwrap();
+    let (request, plans) = plan_pod(&config, &catalog, "sriov");
     let cni_file = dir.path().join("cni/ns-sriov-ctr_net1");
     assert_eq!(
         plans[1].device.as_ref().unwrap().cni_device_info_file,
@@ -380,7 +383,7 @@ fn device_info_is_copied_reported_and_removed() {
     executor.add(&request, &plans).unwrap();
     assert!(cni_file.exists());
     catalog.devices.clear();
-    let plans = plan_add(&config, &request, Some(&pod), &catalog).unwrap();
+    let (_, plans) = plan_pod(&config, &catalog, "sriov");
     assert_eq!(plans[1].device, None);
     assert_eq!(plans[0].device_info_file(), None, "the cluster network has none");
     assert_eq!(
@@ -432,14 +435,7 @@ fn a_failing_cluster_network_beside_the_secondaries_rolls_back_what_they_attache
             &format!(r#"{{"cniVersion":"1.0.0","type":"{name}-plugin"}}"#),
         );
     }
-    let (request, _) = plans("");
-    let pod = Pod {
-        namespace: "ns".into(),
-        name: "p".into(),
-        uid: "u".into(),
-        annotations: [(weft_netconf::NETWORKS_ANNOTATION.to_string(), "a,b".to_string())].into(),
-    };
-    let plans = plan_add(&config, &request, Some(&pod), &catalog).unwrap();
+    let (request, plans) = plan_pod(&config, &catalog, "a,b");
     assert_eq!(
         schedule(&plans, 4),
         Schedule {
@@ -457,23 +453,10 @@ fn a_failing_cluster_network_beside_the_secondaries_rolls_back_what_they_attache
         err.to_string().contains("\"cluster\""),
         "the cluster network is named: {err}"
     );
-    let calls = cni.executor().calls.lock().unwrap().clone();
-    let added: Vec<&str> = calls
-        .iter()
-        .filter(|c| c.0 == "ADD")
-        .map(|c| c.2.as_str())
-        .collect();
-    let deleted: Vec<&str> = calls
-        .iter()
-        .filter(|c| c.0 == "DEL")
-        .map(|c| c.2.as_str())
-        .collect();
     // Whatever secondaries started beside it are DELeted in reverse plan order; the failed
     // cluster network is not.
-    let mut expected: Vec<&str> = added.iter().copied().filter(|i| *i != "eth0").collect();
-    expected.sort_by_key(|ifname| std::cmp::Reverse(plans.iter().position(|p| p.ifname == *ifname)));
-    assert_eq!(deleted, expected);
-    assert!(added.contains(&"eth0"));
+    let added = assert_rolled_back(&cni, &plans, "eth0");
+    assert!(added.contains(&"eth0".to_string()));
 }
 
 /// ADDs wait at a gate until `expected` are in flight together (or 10 s passed): a concurrent
