@@ -138,15 +138,15 @@ impl DelegateConfig {
     /// The plugin's object, or every plugin object of a list.
     fn plugin_objects(&self) -> Vec<Map<String, Value>> {
         let mut value = self.to_value();
-        match value.remove("plugins") {
-            Some(Value::Array(plugins)) if !matches!(self.kind, DelegateKind::Plugin { .. }) => plugins
+        match (&self.kind, value.remove("plugins")) {
+            (DelegateKind::List { .. }, Some(Value::Array(plugins))) => plugins
                 .into_iter()
                 .filter_map(|p| match p {
                     Value::Object(p) => Some(p),
                     _ => None,
                 })
                 .collect(),
-            _ => vec![value],
+            _ => vec![self.to_value()],
         }
     }
 
@@ -190,18 +190,8 @@ impl DelegateConfig {
 
     /// Capabilities set to `true` by the plugin (single) or by any plugin (list).
     pub fn capabilities(&self) -> BTreeSet<String> {
-        let value = self.to_value();
-        let plugins: Vec<&Map<String, Value>> = match &self.kind {
-            DelegateKind::Plugin { .. } => vec![&value],
-            DelegateKind::List { .. } => value["plugins"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_object)
-                .collect(),
-        };
-        plugins
-            .into_iter()
+        self.plugin_objects()
+            .iter()
             .filter_map(|p| p.get("capabilities").and_then(Value::as_object))
             .flat_map(|caps| caps.iter())
             .filter(|(_, on)| on.as_bool() == Some(true))

@@ -179,8 +179,9 @@ pub fn run(world: &World, agents: &[(&str, &Agent)], iterations: usize) -> Resul
     let secondaries = median_p90(&samples[0].add).0 - master;
     println!(
         "\nDirect ADD: eth0 alone {master:.1} ms, the {SECONDARIES} secondaries {secondaries:.1} ms (medians); \
-         on 2 cores a concurrent ADD cannot beat about {:.1} ms.",
-        master + secondaries / 2.0
+         on 2 cores a concurrent ADD cannot beat about {:.1} ms (all 5 at once: `weft_meta::schedule` runs \
+         the cluster network beside these secondaries).",
+        (master + secondaries) / 2.0
     );
     println!(
         "\nThe direct runner's own CPU per ADD+DEL (this process: spawning, pipes, reaping the plugins): {:.1} ms.",
