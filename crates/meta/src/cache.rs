@@ -32,6 +32,12 @@ pub struct CacheRecord {
     /// `prevResult` of DEL and CHECK.
     #[serde(default)]
     pub results: Vec<Option<CniResult>>,
+    /// The pod's network-status annotation value this ADD still has to write (the agent
+    /// answered the runtime first: `weft agent --network-status after-reply`); `None` once it
+    /// is written, or when the ADD wrote it before answering. Kept here, in the record the
+    /// ADD writes anyway, so that a restarted agent writes it too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_status: Option<String>,
 }
 
 /// Why a cache record cannot be used.
@@ -64,7 +70,24 @@ impl CacheRecord {
             k8s: request.k8s.clone(),
             delegates,
             results: Vec::new(),
+            network_status: None,
         }
+    }
+
+    /// The record with `value` as the network-status annotation still to write.
+    pub fn with_pending_status(mut self, value: String) -> Self {
+        self.network_status = Some(value);
+        self
+    }
+
+    /// The record once the pod's network-status holds `written`: without it as pending, or
+    /// `None` (nothing to change) when the record waits for another value (a later ADD of the
+    /// same container) or for none.
+    pub fn status_written(&self, written: &str) -> Option<Self> {
+        (self.network_status.as_deref() == Some(written)).then(|| Self {
+            network_status: None,
+            ..self.clone()
+        })
     }
 
     /// The record once ADD succeeded: every delegate's result (plan order).
@@ -102,12 +125,15 @@ impl CacheRecord {
 
     /// Whether a hot-plug pass may act on this record for the pod now holding its name
     /// (`pod_uid`): its ADD is done (every delegate has its result: an ADD still running, or
-    /// one that failed, owns the pod, and its network-status write brings the pod back), and
-    /// the pod is the one the ADD was for, not a new pod of the same name.
+    /// one that failed, owns the pod, and its network-status write brings the pod back), its
+    /// network-status is written (until then the pod's annotation does not show what is
+    /// attached, and a hot-plug pass would plug everything again), and the pod is the one the
+    /// ADD was for, not a new pod of the same name.
     pub fn hotplug_ready(&self, pod_uid: Option<&str>) -> bool {
         let attached = !self.delegates.is_empty()
             && self.results.len() == self.delegates.len()
-            && self.results.iter().all(Option::is_some);
+            && self.results.iter().all(Option::is_some)
+            && self.network_status.is_none();
         let replaced = pod_uid.is_some_and(|uid| !self.k8s.pod_uid.is_empty() && uid != self.k8s.pod_uid);
         attached && !replaced
     }

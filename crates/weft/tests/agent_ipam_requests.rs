@@ -68,6 +68,7 @@ fn agent_weft_ipam_add_is_one_create_per_network_and_del_one_delete() {
         cluster.api.clear_requests();
         let add = agent.shim("ADD", &pod_ns, "default", pod);
         assert!(add.status.success(), "ADD {pod}: {}\n{}", text(&add), agent.log());
+        agent.wait_status_written();
         let added = calls(&cluster);
         assert_eq!(
             count(&added, &format!("POST {reservations}")),

@@ -87,6 +87,8 @@ fn agent_on_kubernetes_uses_watches_writes_status_through_conflicts_and_dels_wit
             ["blue0", "eth0", "lo"],
             "the NAD from the watch was attached"
         );
+        // The ADD answered before its network-status write (after-reply, the default here).
+        agent.wait_status_written();
         let calls = cluster.api.requests();
         // The Events the ADD records are written on their own task, whenever: not counted here
         // (agent_on_kubernetes_records_events_through_the_api checks them).
@@ -295,6 +297,7 @@ fn weft_ipam_naming_no_store_allocates_in_the_api_server_through_the_agent() {
         text(&add),
         agent.log()
     );
+    agent.wait_status_written();
     let listed = reservations;
     let held = listed(&cluster);
     assert_eq!(held.len(), 1, "one reservation in the API server: {held:?}");
@@ -383,6 +386,7 @@ fn agent_with_a_lagging_cache_reads_the_pod_from_the_api_and_never_fakes_a_resul
         calls.contains(&"GET /api/v1/namespaces/default/pods/late".to_string()),
         "the cache miss was read from the API server: {calls:?}"
     );
+    agent.wait_status_written();
     let status =
         cluster.pod("default", "late").unwrap().metadata.annotations["k8s.v1.cni.cncf.io/network-status"]
             .clone();
@@ -568,6 +572,7 @@ fn agent_names_itself_logs_an_outage_boundedly_and_watches_again_within_seconds(
         }
     };
     add();
+    agent.wait_status_written();
     let version = env!("CARGO_PKG_VERSION");
     let records = cluster.api.records();
     assert!(
@@ -767,4 +772,199 @@ fn agent_on_kubernetes_records_events_through_the_api_aggregated_and_rate_limite
         let del = agent.shim("DEL", ns, "default", pod);
         assert!(del.status.success(), "DEL {pod}: {}\n{}", text(&del), agent.log());
     }
+}
+
+/// The gauge `weft_agent_network_status_pending` and the counter of failed writes.
+fn status_metrics(agent: &KubeAgent) -> (u64, u64) {
+    let metrics = agent_metrics(agent);
+    let value = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{name} in\n{metrics}")) as u64
+    };
+    (
+        value("weft_agent_network_status_pending"),
+        value("weft_agent_network_status_write_failures_total"),
+    )
+}
+
+/// `--network-status after-reply` (the default on Kubernetes): an ADD answers without waiting
+/// for its network-status write, and an ADD while the API server is down succeeds. The value
+/// waits in the attachment record, survives an agent restart, is retried with backoff (a few
+/// log lines, not one per attempt) and lands when the API server is back; a DEL meanwhile
+/// drops it. `before-reply` is Multus' contract: the ADD waits for the write and fails with it.
+#[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
+fn agent_answers_add_first_and_writes_network_status_through_an_outage_and_a_restart() {
+    if !root_or_skip("agent_answers_add_first_and_writes_network_status_through_an_outage_and_a_restart") {
+        return;
+    }
+    let node = Netns::new("aks-node");
+    let cluster = FakeCluster::start(&node);
+    let mut agent = KubeAgent::start(&node, &cluster);
+    let pod_ns = Netns::new("aks-pod");
+    let state = agent.dir.path().display().to_string();
+    let nad_config = json!({
+        "cniVersion": "1.0.0", "type": "bridge", "bridge": "br-st",
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": "192.168.87.0/24"}]],
+                 "dataDir": format!("{state}/hl-st")}
+    });
+    cluster.create(
+        &nads(),
+        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+               "metadata": {"name": "st", "namespace": "default"},
+               "spec": {"config": nad_config.to_string()}}),
+    );
+    cluster.create(
+        &pods(),
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "web", "namespace": "default",
+                            "annotations": {"k8s.v1.cni.cncf.io/networks": "st@st0"}},
+               "spec": {"nodeName": "n1"}}),
+    );
+    let record = agent
+        .dir
+        .path()
+        .join("cache")
+        .join(format!("{CONTAINER_ID}.json"));
+    let status_of = |cluster: &FakeCluster| {
+        cluster
+            .pod("default", "web")
+            .unwrap()
+            .metadata
+            .annotation("k8s.v1.cni.cncf.io/network-status")
+            .map(str::to_string)
+    };
+    // The pod and the NAD in the agent's caches (its watches delivered them).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        cluster.api.clear_requests();
+        let add = agent.shim("ADD", &pod_ns, "default", "web");
+        assert!(Instant::now() < deadline, "ADD: {}\n{}", text(&add), agent.log());
+        if add.status.success() {
+            agent.wait_status_written();
+            if !cluster.api.requests().iter().any(|r| r.starts_with("GET ")) {
+                break;
+            }
+        }
+        // The NAD or the pod was not in the caches yet.
+        let del = agent.shim("DEL", &pod_ns, "default", "web");
+        assert!(del.status.success(), "DEL: {}", text(&del));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(status_of(&cluster).is_some_and(|s| s.contains("\"st0\"")));
+    let del = agent.shim("DEL", &pod_ns, "default", "web");
+    assert!(del.status.success(), "DEL: {}", text(&del));
+
+    // (a) The API server is down: the ADD succeeds (the pod and NAD from the caches), its
+    // network-status waits in the attachment record.
+    take_down(&cluster, &agent);
+    let add = agent.shim("ADD", &pod_ns, "default", "web");
+    assert!(
+        add.status.success(),
+        "ADD with the API down: {}\n{}",
+        text(&add),
+        agent.log()
+    );
+    let mut links = pod_ns.links();
+    links.sort();
+    assert_eq!(links, ["eth0", "lo", "st0"]);
+    let pending = |path: &std::path::Path| -> Option<String> {
+        let record: Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+        record["networkStatus"].as_str().map(str::to_string)
+    };
+    let value = pending(&record).expect("the value waits in the attachment record");
+    assert!(
+        value.contains("\"st0\"") && value.contains("192.168.87."),
+        "{value}"
+    );
+    let (waiting, _) = status_metrics(&agent);
+    assert_eq!(waiting, 1, "one sandbox's network-status waits");
+    // Retried with backoff (0.5 s, then 1 s), logged once.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while status_metrics(&agent).1 < 2 {
+        assert!(Instant::now() < deadline, "no retry:\n{}", agent.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // (b) Restarted during the outage, the agent takes the value up again from the record: it
+    // counts as pending at once and is written when the caches sync (the API server is back),
+    // not tried and logged meanwhile.
+    agent.restart(&node);
+    std::thread::sleep(Duration::from_millis(1500));
+    let (waiting, failures) = status_metrics(&agent);
+    assert_eq!(
+        (waiting, failures),
+        (1, 0),
+        "pending, not tried before the caches sync"
+    );
+    let lines = agent
+        .log()
+        .lines()
+        .filter(|l| l.contains("network-status not written yet"))
+        .count();
+    assert_eq!(lines, 1, "the first run's failure only:\n{}", agent.log());
+    assert!(agent.log().contains("left pending: written once the caches sync"));
+    assert_eq!(pending(&record).as_deref(), Some(value.as_str()));
+
+    // (c) The API server is back: the value lands, the record no longer holds it.
+    cluster.api.set_down(false);
+    agent.wait_status_written();
+    assert_eq!(status_of(&cluster).as_deref(), Some(value.as_str()));
+    assert_eq!(pending(&record), None, "written: no longer pending");
+
+    // (d) A DEL drops a value still waiting: no write once the API server is back.
+    let del = agent.shim("DEL", &pod_ns, "default", "web");
+    assert!(del.status.success(), "DEL: {}", text(&del));
+    take_down(&cluster, &agent);
+    let add = agent.shim("ADD", &pod_ns, "default", "web");
+    assert!(add.status.success(), "ADD: {}\n{}", text(&add), agent.log());
+    assert_eq!(status_metrics(&agent).0, 1);
+    let del = agent.shim("DEL", &pod_ns, "default", "web");
+    assert!(del.status.success(), "DEL: {}", text(&del));
+    assert_eq!(pod_ns.links(), ["lo"]);
+    // The DEL woke the writer: it looked, found no record, and ended.
+    cluster.api.clear_requests();
+    cluster.api.set_down(false);
+    agent.wait_status_written();
+    std::thread::sleep(Duration::from_millis(300));
+    let writes: Vec<String> = cluster
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.contains("/pods/web/status"))
+        .collect();
+    assert_eq!(
+        writes,
+        Vec::<String>::new(),
+        "a deleted sandbox's network-status is not written"
+    );
+
+    // (e) `--network-status before-reply` (Multus' contract): the ADD waits for the write, and
+    // with the API server down it fails, retriable (code 11); nothing is left pending.
+    agent.restart_with(&node, &["--network-status", "before-reply"]);
+    wait_for_watches(&cluster, &agent);
+    take_down(&cluster, &agent);
+    let add = agent.shim("ADD", &pod_ns, "default", "web");
+    assert!(
+        !add.status.success(),
+        "ADD without its status write: {}",
+        text(&add)
+    );
+    let error: Value = serde_json::from_slice(&add.stdout).expect("a CNI error");
+    assert_eq!(error["code"], 11, "{error}");
+    assert!(
+        error["msg"]
+            .as_str()
+            .unwrap_or("")
+            .contains("status update failed"),
+        "{error}"
+    );
+    assert_eq!(pending(&record), None, "nothing pending before the reply");
+    assert_eq!(status_metrics(&agent).0, 0);
+    let del = agent.shim("DEL", &pod_ns, "default", "web");
+    assert!(del.status.success(), "DEL: {}", text(&del));
+    assert_eq!(pod_ns.links(), ["lo"]);
+    cluster.api.set_down(false);
 }

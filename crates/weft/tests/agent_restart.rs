@@ -60,6 +60,7 @@ fn agent_restarted_with_attached_pods_lists_and_watches_and_reads_no_pod() {
         let add = shim(&agent, "ADD", pod_ns, i);
         assert!(add.status.success(), "ADD p{i}: {}\n{}", text(&add), agent.log());
     }
+    agent.wait_status_written();
 
     // The restarted agent's LISTs take long (a loaded API server, a big node): its caches stay
     // unsynced for a while, and reads meanwhile would go to the API server.

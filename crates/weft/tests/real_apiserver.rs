@@ -164,6 +164,8 @@ fn real_apiserver_agent_adds_and_dels_host_local_and_weft_ipam_networks() {
     let mark = cluster.audit_mark();
     let add = agent.shim("ADD", &pod_ns, "default", "web", "cid-web");
     assert!(add.status.success(), "ADD: {}\n{}", text(&add), agent.log());
+    // The ADD answered before its network-status write (after-reply, the default here).
+    agent.wait_status_written();
     let add_calls = calls(&cluster, mark, NODE_USER);
     eprintln!(
         "figure: agent requests per ADD (host-local + weft-ipam): {} {add_calls:?}",
@@ -385,6 +387,7 @@ fn real_apiserver_kubevirt_launcher_pod_keeps_its_ip_across_stop_start_and_a_nod
     let ns_a = Netns::new("ral-a");
     let add = agent1.shim("ADD", &ns_a, "default", "virt-launcher-vm1-aaaaa", "cid-a");
     assert!(add.status.success(), "ADD: {}\n{}", text(&add), logs());
+    agent1.wait_status_written();
     let ip = status_ip(&cluster, "virt-launcher-vm1-aaaaa", &ifname).expect("the secondary's address");
     // Stop: the launcher pod goes.
     let del = agent1.shim("DEL", &ns_a, "default", "virt-launcher-vm1-aaaaa", "cid-a");
@@ -395,6 +398,7 @@ fn real_apiserver_kubevirt_launcher_pod_keeps_its_ip_across_stop_start_and_a_nod
     let ns_o = Netns::new("ral-o");
     let add = agent1.shim("ADD", &ns_o, "default", "other", "cid-o");
     assert!(add.status.success(), "ADD other: {}\n{}", text(&add), logs());
+    agent1.wait_status_written();
     let other = status_ip(&cluster, "other", "net1").expect("other's address");
     assert_ne!(other, ip, "the stopped VM's address went to another pod");
 
@@ -408,6 +412,7 @@ fn real_apiserver_kubevirt_launcher_pod_keeps_its_ip_across_stop_start_and_a_nod
         text(&add),
         logs()
     );
+    agent1.wait_status_written();
     // Every finding of this scenario is collected and reported together at the end.
     let mut found = Vec::new();
     let after_start = status_ip(&cluster, "virt-launcher-vm1-bbbbb", &ifname);
@@ -425,6 +430,7 @@ fn real_apiserver_kubevirt_launcher_pod_keeps_its_ip_across_stop_start_and_a_nod
     let ns_c = Netns::new("ral-c");
     let add = agent2.shim("ADD", &ns_c, "default", "virt-launcher-vm1-ccccc", "cid-c");
     assert!(add.status.success(), "ADD on n2: {}\n{}", text(&add), logs());
+    agent2.wait_status_written();
     let after_move = status_ip(&cluster, "virt-launcher-vm1-ccccc", &ifname);
     if after_move.as_deref() != Some(ip.as_str()) {
         found.push(format!(

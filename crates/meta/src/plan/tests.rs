@@ -290,6 +290,27 @@ fn cache_round_trip_and_del_decisions() {
     );
     let partly = record.clone().with_results(vec![held_result()]);
     assert!(!partly.hotplug_ready(None), "a delegate without its result");
+    // A network-status the ADD has still to write: the pod's annotation does not show the
+    // attachments yet, so no hot-plug pass; once written (that value), the record is ready.
+    let pending = done.clone().with_pending_status("[v1]".into());
+    assert!(!pending.hotplug_ready(None), "network-status not written yet");
+    let again = pending.clone().with_pending_status("[v2]".into());
+    assert_eq!(again.status_written("[v1]"), None, "a later ADD's value waits on");
+    let written = again.status_written("[v2]").expect("its own value written");
+    assert_eq!(written.network_status, None);
+    assert!(written.hotplug_ready(None));
+    assert_eq!(written.delegates, done.delegates, "nothing else changes");
+    assert_eq!(done.status_written("[v1]"), None, "nothing was pending");
+    // The pending value survives the record's round trip (a restarted agent writes it).
+    let bytes = pending.to_bytes();
+    let decoded = CacheRecord::decode(&bytes, "c1").unwrap();
+    assert_eq!(decoded.network_status.as_deref(), Some("[v1]"));
+    assert!(
+        !String::from_utf8(done.to_bytes())
+            .unwrap()
+            .contains("networkStatus"),
+        "records without a pending write keep their layout"
+    );
     let hot = record.clone().without_attachment("net1");
     assert_eq!(hot.delegates.len(), 1);
     assert_eq!(hot.results.len(), 1);

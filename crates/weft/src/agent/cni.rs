@@ -17,6 +17,7 @@ use weft_store::{Api, ListOptions};
 
 use super::Agent;
 use super::routes::NetnsRouteEditor;
+use super::status_writes::StatusWrite;
 use crate::kinds::Pod;
 use crate::protocol::CniRequest;
 
@@ -269,7 +270,7 @@ fn device_allocations(path: &str) -> Vec<weft_meta::PodDeviceEntry> {
 }
 
 fn cache_path(agent: &Agent, container_id: &str) -> PathBuf {
-    agent.args.cache_dir.join(format!("{container_id}.json"))
+    super::records::path(&agent.args.cache_dir, container_id)
 }
 
 /// Write `record` as its container's attachment cache file (on the blocking pool).
@@ -283,22 +284,8 @@ async fn write_cache(agent: &Agent, record: &CacheRecord) -> Result<(), CniError
 }
 
 fn write_cache_file(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), CniError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let write = || -> std::io::Result<()> {
-        std::fs::create_dir_all(dir)?;
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        // No fsync: the record must survive agent restarts (the page cache does); after a node
-        // crash DEL plans from the pod and its NADs instead. Rename keeps it atomic.
-        std::io::Write::write_all(&mut file, bytes)?;
-        std::fs::rename(&tmp, path)
-    };
-    write().map_err(|e| internal(format!("cannot write the attachment cache {}", path.display()), e))
+    super::records::write(dir, path, bytes)
+        .map_err(|e| internal(format!("cannot write the attachment cache {}", path.display()), e))
 }
 
 /// The attachment cache file of `container_id`, if it can be read (on the blocking pool).
@@ -309,10 +296,7 @@ async fn read_cache(agent: &Agent, container_id: &str) -> Result<Option<Vec<u8>>
 
 async fn remove_cache(agent: &Agent, container_id: &str) -> Result<(), CniError> {
     let path = cache_path(agent, container_id);
-    blocking(move || {
-        let _ = std::fs::remove_file(path);
-    })
-    .await
+    blocking(move || super::records::remove(&path)).await
 }
 
 /// Run `f` with an executor on a blocking thread (delegates are processes; waiting is blocking).
@@ -351,9 +335,20 @@ async fn add(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
     let outcome = execute(agent, move |executor| executor.add(&req, &plans)).await?;
     match outcome {
         Ok(outcome) => {
-            write_cache(agent, &record.with_results(outcome.results.clone())).await?;
-            if let Some(pod) = &pod {
-                write_network_status(agent, pod, &outcome.statuses).await?;
+            let mut done = record.with_results(outcome.results.clone());
+            let status = pod
+                .as_ref()
+                .map(|_| weft_netconf::format_network_status_annotation(&outcome.statuses));
+            let after_reply = agent.status_write == StatusWrite::AfterReply;
+            if let (Some(value), true) = (&status, after_reply) {
+                done = done.with_pending_status(value.clone());
+            }
+            write_cache(agent, &done).await?;
+            if let (Some(pod), Some(value)) = (&pod, &status) {
+                match after_reply {
+                    true => agent.status_writes.kick(&request.container_id),
+                    false => write_network_status(agent, pod, value).await?,
+                }
                 super::pod_events::added(agent, &pod.namespace, &pod.name, &outcome.statuses);
             }
             weft_cni::result_to_value(&outcome.result, weft_cni::CniVersion::LATEST)
@@ -374,34 +369,17 @@ async fn add(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
     }
 }
 
-async fn write_network_status(
-    agent: &Agent,
-    pod: &weft_meta::Pod,
-    statuses: &[weft_netconf::NetworkStatus],
-) -> Result<(), CniError> {
-    let value = weft_netconf::format_network_status_annotation(statuses);
-    let write = |store: std::sync::Arc<dyn weft_store::Store>| {
-        let value = value.clone();
-        async move {
-            Api::<Pod>::namespaced(store, &pod.namespace)
-                .modify_status(&pod.name, |p| {
-                    let changed = p.metadata.annotation(weft_netconf::NETWORK_STATUS_ANNOTATION)
-                        != Some(value.as_str());
-                    p.metadata
-                        .annotations
-                        .insert(weft_netconf::NETWORK_STATUS_ANNOTATION.into(), value.clone());
-                    changed
-                })
-                .await
-        }
-    };
-    // A pod the watch cache does not hold yet is written through the API server itself.
-    let outcome = match write(agent.store.clone()).await {
-        Err(e) if e.is_not_found() => write(agent.ipam_store.clone()).await,
-        other => other,
-    };
-    match outcome {
-        Ok(_) => Ok(()),
+async fn write_network_status(agent: &Agent, pod: &weft_meta::Pod, value: &str) -> Result<(), CniError> {
+    match super::status_writes::write_status(
+        &agent.store,
+        &agent.ipam_store,
+        &pod.namespace,
+        &pod.name,
+        value,
+    )
+    .await
+    {
+        Ok(()) => Ok(()),
         Err(e) if e.is_not_found() => Ok(()),
         Err(e) => Err(CniError::new(
             codes::TRY_AGAIN_LATER,
@@ -443,7 +421,9 @@ async fn del(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
         Err(other) => vec![other.to_string()],
     };
     if weft_meta::cache_after_del(&errors) == CacheAfterDel::Remove {
-        remove_cache(agent, &request.container_id).await
+        remove_cache(agent, &request.container_id).await?;
+        agent.status_writes.forget(&request.container_id);
+        Ok(())
     } else {
         outcome.map_err(|e| e.to_cni_error())
     }
@@ -500,22 +480,10 @@ async fn status(agent: &Agent, config: &MetaConfig) -> Result<(), CniError> {
         })
 }
 
-/// Every readable cache record in `cache_dir` (one per attached sandbox). Reads files: call
-/// it on a blocking thread.
-pub fn cached_records(cache_dir: &Path) -> Vec<CacheRecord> {
-    super::autoconf::read_dir_files(cache_dir)
-        .into_iter()
-        .filter_map(|(name, bytes)| {
-            let container = name.strip_suffix(".json")?;
-            CacheRecord::decode(&bytes, container).ok()
-        })
-        .collect()
-}
-
-/// [`cached_records`] of the agent's cache dir, on the blocking pool.
+/// [`super::records::all`] of the agent's cache dir, on the blocking pool.
 pub(super) async fn cached_records_of(agent: &Agent) -> Result<Vec<CacheRecord>, CniError> {
     let dir = agent.args.cache_dir.clone();
-    blocking(move || cached_records(&dir)).await
+    blocking(move || super::records::all(&dir)).await
 }
 
 async fn gc(agent: &Agent) -> Result<(), CniError> {
@@ -613,6 +581,7 @@ pub async fn reconcile_pod_networks(
         annotations: Default::default(),
         ..meta_pod
     };
-    write_network_status(agent, &pod, &statuses).await?;
+    let value = weft_netconf::format_network_status_annotation(&statuses);
+    write_network_status(agent, &pod, &value).await?;
     Ok(changes)
 }

@@ -95,13 +95,9 @@ pub async fn reconcile_pod(agent: &Agent, reads: &Arc<dyn Store>, key: &PodKey) 
     let PodKey(ns, name) = key;
     // The attachment records and the conflist, in one trip to the blocking pool.
     let (cache_dir, conf_dir) = (agent.args.cache_dir.clone(), agent.args.conf_dir.clone());
-    let (records, config) = crate::sys::blocking(move || {
-        (
-            super::cni::cached_records(&cache_dir),
-            runtime_config_bytes(&conf_dir),
-        )
-    })
-    .await?;
+    let (records, config) =
+        crate::sys::blocking(move || (super::records::all(&cache_dir), runtime_config_bytes(&conf_dir)))
+            .await?;
     let records: Vec<_> = records.into_iter().filter(|r| r.is_pod(ns, name)).collect();
     if records.is_empty() {
         return Ok(0);
@@ -230,6 +226,13 @@ mod tests {
             path("cache"),
         ])
         .agent;
+        let status_writes = Arc::new(super::super::status_writes::StatusWrites::new(
+            store.clone(),
+            backend.clone(),
+            args.cache_dir.clone(),
+            Default::default(),
+            Default::default(),
+        ));
         Arc::new(Agent {
             args,
             state_dir: dir.to_path_buf(),
@@ -240,6 +243,8 @@ mod tests {
             metrics: Default::default(),
             journal: super::super::journal::ReleaseJournal::open(dir),
             ipam_held: weft_ipam::HeldCache::default(),
+            status_write: super::super::status_writes::StatusWrite::BeforeReply,
+            status_writes,
             events: crate::event_recorder::Recorder::new(
                 backend,
                 "weft-node",
@@ -278,6 +283,7 @@ mod tests {
             },
             delegates: Vec::new(),
             results: Vec::new(),
+            network_status: None,
         };
         std::fs::write(
             dir.path().join("cache/c1.json"),

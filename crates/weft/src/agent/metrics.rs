@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -70,6 +71,10 @@ pub struct Metrics {
     pub latency: Family<VerbLabels, Histogram>,
     /// Delegate failures by plugin type.
     pub delegate_errors: Family<DelegateLabels, Counter>,
+    /// Sandboxes whose network-status waits to be written (after their ADD answered).
+    pub status_pending: Gauge,
+    /// network-status writes the API server did not take (each retried with backoff).
+    pub status_write_failures: Counter,
 }
 
 impl Default for Metrics {
@@ -91,11 +96,25 @@ impl Default for Metrics {
             "Delegate plugin failures",
             delegate_errors.clone(),
         );
+        let status_pending = Gauge::default();
+        let status_write_failures = Counter::default();
+        registry.register(
+            "network_status_pending",
+            "Sandboxes whose network-status waits to be written",
+            status_pending.clone(),
+        );
+        registry.register(
+            "network_status_write_failures",
+            "network-status writes the API server did not take",
+            status_write_failures.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             requests,
             latency,
             delegate_errors,
+            status_pending,
+            status_write_failures,
         }
     }
 }

@@ -10,9 +10,11 @@ mod limits;
 pub mod local;
 mod metrics;
 mod pod_events;
+mod records;
 mod routes;
 mod server;
 mod socket;
+pub mod status_writes;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -53,6 +55,12 @@ pub struct AgentArgs {
     /// Multus' words: one API write per ADD) or `per-interface` (one per NIC, as Multus).
     #[arg(long, value_enum, default_value_t = pod_events::InterfaceEvents::PerPod)]
     pub interface_events: pod_events::InterfaceEvents,
+    /// When an ADD writes the pod's network-status: `after-reply` (the ADD answers first; the
+    /// value is kept in the attachment record and written at once, retried with backoff) or
+    /// `before-reply` (as Multus: the ADD waits for the write and fails with it). Default:
+    /// after the reply on Kubernetes, before it on the embedded store.
+    #[arg(long = "network-status", value_enum)]
+    pub network_status: Option<status_writes::StatusWrite>,
     /// Daemon config (JSON): every key is overlaid on each request's config (thick mode).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -106,6 +114,10 @@ pub struct Agent {
     /// The reservations the agent's IPAM ADDs made, per attachment: their DEL releases with one
     /// conditional delete per address instead of a search.
     pub ipam_held: weft_ipam::HeldCache,
+    /// When ADDs write network-status (`--network-status`, resolved for the store).
+    pub status_write: status_writes::StatusWrite,
+    /// The network-status writes that run after their ADD answered.
+    pub status_writes: Arc<status_writes::StatusWrites>,
 }
 
 impl Agent {
@@ -199,6 +211,14 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
     let daemon_config = autoconf::load_daemon_config(args.config.as_deref())?;
     // Events are written through the API server directly (no watch cache holds them).
     let ipam_store_for_events = ipam_store.clone();
+    let metrics = Metrics::default();
+    let status_writes = Arc::new(status_writes::StatusWrites::new(
+        store.clone(),
+        ipam_store.clone(),
+        args.cache_dir.clone(),
+        metrics.status_pending.clone(),
+        metrics.status_write_failures.clone(),
+    ));
     let agent = Arc::new(Agent {
         args: args.clone(),
         state_dir: state.to_path_buf(),
@@ -206,7 +226,7 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
         ipam_store,
         store_identity,
         daemon_config,
-        metrics: Metrics::default(),
+        metrics,
         journal: journal::ReleaseJournal::open(state),
         events: crate::event_recorder::Recorder::new(
             ipam_store_for_events,
@@ -214,6 +234,11 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
             crate::event_recorder::Limits::default(),
         ),
         ipam_held: weft_ipam::HeldCache::default(),
+        status_write: status_writes::StatusWrite::resolve(
+            args.network_status,
+            crate::cluster::is_kubernetes(),
+        ),
+        status_writes,
     });
     let server_state = Arc::new(server::ServerState {
         agent: agent.clone(),
@@ -226,6 +251,10 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
     });
     let server_state_for_metrics = server_state.clone();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(status_writes::resume(
+        agent.status_writes.clone(),
+        synced_rx.clone(),
+    ));
     tokio::spawn(dynamic::run(
         agent.clone(),
         stop_rx.clone(),

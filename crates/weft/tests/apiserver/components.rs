@@ -92,6 +92,12 @@ impl RealAgent {
         std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
     }
 
+    /// Wait until the network-status of every ADD so far is written (see
+    /// `common::wait_status_written`).
+    pub fn wait_status_written(&self) {
+        super::super::common::wait_status_written(&self.dir.path().join("weft.sock"), || self.log());
+    }
+
     /// Exec the shim for `namespace/pod` in `pod_ns` (sandbox `container_id`).
     pub fn shim(
         &self,

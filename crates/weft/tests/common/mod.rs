@@ -266,6 +266,11 @@ pub fn start_agent(node: &Netns, state: &Path, conf_dir: &Path, bin: &Path, extr
 /// layout the Kubernetes tests give a node (`<state>/{kubeconfig, weft.sock, net.d, cache,
 /// bin}`, delegates from `bin` then /usr/lib/cni, log appended to `<state>/agent.log`).
 pub fn spawn_kube_agent(node: &Netns, state: &Path, node_name: &str) -> Child {
+    spawn_kube_agent_with(node, state, node_name, &[])
+}
+
+/// [`spawn_kube_agent`] with more `weft agent` options.
+pub fn spawn_kube_agent_with(node: &Netns, state: &Path, node_name: &str, extra: &[&str]) -> Child {
     node.command(&[weft_bin().to_str().unwrap()])
         .arg("--kubeconfig")
         .arg(state.join("kubeconfig"))
@@ -282,6 +287,7 @@ pub fn spawn_kube_agent(node: &Netns, state: &Path, node_name: &str) -> Child {
         .arg(state.join("bin"))
         .arg("--cni-bin-dir")
         .arg("/usr/lib/cni")
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(
             std::fs::OpenOptions::new()
@@ -361,4 +367,38 @@ pub fn shim_config(state: &Path, conf_dir: &Path, extra: serde_json::Value) -> s
         conf.extend(extra.clone());
     }
     conf
+}
+
+/// `GET /metrics` of the agent on `socket`.
+pub fn agent_metrics_at(socket: &Path) -> String {
+    use std::io::Read;
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: weft\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
+/// Wait until every network-status the agent on `socket` left to write after its ADDs
+/// answered (`--network-status after-reply`, the default on Kubernetes) is written: its
+/// `weft_agent_network_status_pending` gauge reads 0. Bounded: 10 s (`log` explains a timeout).
+pub fn wait_status_written(socket: &Path, log: impl Fn() -> String) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let metrics = agent_metrics_at(socket);
+        if metrics
+            .lines()
+            .any(|l| l == "weft_agent_network_status_pending 0")
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "network-status still pending after 10 s:\n{metrics}\n{}",
+            log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }

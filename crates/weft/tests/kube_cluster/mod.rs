@@ -203,10 +203,15 @@ impl KubeAgent {
 
     /// Stop the agent and start it again on the same state (attachment records included).
     pub fn restart(&mut self, node: &Netns) {
+        self.restart_with(node, &[]);
+    }
+
+    /// [`KubeAgent::restart`] with more `weft agent` options.
+    pub fn restart_with(&mut self, node: &Netns, extra: &[&str]) {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(self.dir.path().join("weft.sock"));
-        self.child = Self::spawn_on(node, self.dir.path(), &self.node_name);
+        self.child = spawn_kube_agent_with(node, self.dir.path(), &self.node_name, extra);
         self.wait_for_socket();
     }
 
@@ -216,6 +221,11 @@ impl KubeAgent {
 
     pub fn shim(&self, command: &str, pod_ns: &Netns, namespace: &str, pod: &str) -> std::process::Output {
         run_shim(&self.bin, &self.conf, command, pod_ns, namespace, pod)
+    }
+
+    /// [`wait_status_written`] of this agent.
+    pub fn wait_status_written(&self) {
+        wait_status_written(&self.dir.path().join("weft.sock"), || self.log());
     }
 
     /// Addresses host-local holds under `dir` (`<dir>/<network>/<address>`).
@@ -243,14 +253,7 @@ impl Drop for KubeAgent {
 
 /// The agent's Prometheus metrics, from its Unix socket.
 pub fn agent_metrics(agent: &KubeAgent) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::os::unix::net::UnixStream::connect(agent.dir.path().join("weft.sock")).unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: weft\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
+    agent_metrics_at(&agent.dir.path().join("weft.sock"))
 }
 
 /// The veth host ends left in a namespace.

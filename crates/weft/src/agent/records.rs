@@ -1,0 +1,79 @@
+//! The attachment record files (`<cache dir>/<container id>.json`, `weft_meta::CacheRecord`):
+//! written by ADD and hot-plug, read by DEL, CHECK, GC and the hot-plug resync, cleared of a
+//! written network-status by the deferred writer (status_writes.rs). Every function reads or
+//! writes files: call them on a blocking thread.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use weft_meta::CacheRecord;
+
+/// Every write and removal of a record, one at a time: the deferred network-status writer
+/// clears its value from a record by reading and rewriting it ([`clear_pending_status`]),
+/// which must never undo a later ADD's record or bring back one a DEL removed.
+static RECORDS: Mutex<()> = Mutex::new(());
+
+fn lock() -> MutexGuard<'static, ()> {
+    RECORDS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The record file of `container_id` in `cache_dir`.
+pub fn path(cache_dir: &Path, container_id: &str) -> PathBuf {
+    cache_dir.join(format!("{container_id}.json"))
+}
+
+/// Write `bytes` as the record at `path` (in `dir`), atomically (a rename), readable by root
+/// only.
+pub fn write(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let _records = lock();
+    write_unlocked(dir, path, bytes)
+}
+
+fn write_unlocked(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    std::fs::create_dir_all(dir)?;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    // No fsync: the record must survive agent restarts (the page cache does); after a node
+    // crash DEL plans from the pod and its NADs instead. Rename keeps it atomic.
+    std::io::Write::write_all(&mut file, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Remove the record at `path` (a missing one is no error: DEL is idempotent).
+pub fn remove(path: &Path) {
+    let _records = lock();
+    let _ = std::fs::remove_file(path);
+}
+
+/// `container_id`'s record in `cache_dir`, if there is a readable one.
+pub fn read(cache_dir: &Path, container_id: &str) -> Option<CacheRecord> {
+    let bytes = std::fs::read(path(cache_dir, container_id)).ok()?;
+    CacheRecord::decode(&bytes, container_id).ok()
+}
+
+/// Every readable record in `cache_dir` (one per attached sandbox).
+pub fn all(cache_dir: &Path) -> Vec<CacheRecord> {
+    super::autoconf::read_dir_files(cache_dir)
+        .into_iter()
+        .filter_map(|(name, bytes)| {
+            let container = name.strip_suffix(".json")?;
+            CacheRecord::decode(&bytes, container).ok()
+        })
+        .collect()
+}
+
+/// Record that the pod's network-status holds `written`, if that is still the value pending
+/// in `container_id`'s record (not a later ADD's; the record not removed by a DEL).
+pub fn clear_pending_status(cache_dir: &Path, container_id: &str, written: &str) -> std::io::Result<()> {
+    let _records = lock();
+    let Some(updated) = read(cache_dir, container_id).and_then(|r| r.status_written(written)) else {
+        return Ok(());
+    };
+    write_unlocked(cache_dir, &path(cache_dir, container_id), &updated.to_bytes())
+}
