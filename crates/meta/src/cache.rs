@@ -124,18 +124,22 @@ impl CacheRecord {
     }
 
     /// Whether a hot-plug pass may act on this record for the pod now holding its name
-    /// (`pod_uid`): its ADD is done (every delegate has its result: an ADD still running, or
-    /// one that failed, owns the pod, and its network-status write brings the pod back), its
-    /// network-status is written (until then the pod's annotation does not show what is
-    /// attached, and a hot-plug pass would plug everything again), and the pod is the one the
-    /// ADD was for, not a new pod of the same name.
-    pub fn hotplug_ready(&self, pod_uid: Option<&str>) -> bool {
+    /// (`pod_uid`, with network-status `pod_status`): its ADD is done (every delegate has its
+    /// result: an ADD still running, or one that failed, owns the pod, and its network-status
+    /// write brings the pod back), the network-status the ADD left to write is on the pod
+    /// (until then the pod's annotation does not show what is attached, and a hot-plug pass
+    /// would plug everything again), and the pod is the one the ADD was for, not a new pod of
+    /// the same name.
+    pub fn hotplug_ready(&self, pod_uid: Option<&str>, pod_status: Option<&str>) -> bool {
         let attached = !self.delegates.is_empty()
             && self.results.len() == self.delegates.len()
-            && self.results.iter().all(Option::is_some)
-            && self.network_status.is_none();
+            && self.results.iter().all(Option::is_some);
+        let status_shown = self
+            .network_status
+            .as_deref()
+            .is_none_or(|pending| pod_status == Some(pending));
         let replaced = pod_uid.is_some_and(|uid| !self.k8s.pod_uid.is_empty() && uid != self.k8s.pod_uid);
-        attached && !replaced
+        attached && status_shown && !replaced
     }
 
     /// The cached ADD result of delegate `index`.

@@ -30,6 +30,11 @@ const MISSING_MAX: Duration = Duration::from_secs(60);
 #[derive(Default)]
 struct Shelf {
     objects: BTreeMap<Key, CacheEntry>,
+    /// Objects cached from this store's own writes that no watch event or list has shown the
+    /// reflector yet. A relist reports them changed even when it finds the version written:
+    /// a write based on a fresh read (after a conflict) can carry other writers' changes, and
+    /// while the watch is down (an outage) no event would ever report those.
+    unconfirmed: std::collections::BTreeSet<Key>,
     resource_version: String,
     /// The API does not serve the kind (list answered 404): reads answer NotFound from here.
     missing: bool,
@@ -224,6 +229,7 @@ impl CachedStore {
                 if let Some(p) = projection {
                     (p.project)(&mut obj);
                 }
+                shelf.unconfirmed.insert(key.clone());
                 shelf
                     .objects
                     .insert(key, CacheEntry::new(obj, projection.is_some_and(|p| p.packed)));
@@ -283,11 +289,9 @@ impl CachedStore {
 
     fn forget(&self, ty: &ResourceType, obj: &Object) {
         if let Some(shelf) = self.shelves.get(ty) {
-            shelf
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .objects
-                .remove(&key_of(obj));
+            let mut shelf = shelf.write().unwrap_or_else(|e| e.into_inner());
+            shelf.objects.remove(&key_of(obj));
+            shelf.unconfirmed.remove(&key_of(obj));
         }
     }
 }
@@ -319,11 +323,14 @@ fn restock(shelf: &RwLock<Shelf>, ty: &ResourceType, list: ObjectList, changes: 
         }
     }
     let mut objects = BTreeMap::new();
+    let unconfirmed = std::mem::take(&mut shelf.unconfirmed);
     while let Some((key, new)) = fresh.pop_first() {
         let event = match shelf.objects.get(&key) {
             _ if changes.is_none() => None,
             None => Some(WatchEvent::Added as fn(Object) -> WatchEvent),
-            Some(old) if !old.same_version_as(&new) => Some(WatchEvent::Modified as fn(Object) -> WatchEvent),
+            Some(old) if !old.same_version_as(&new) || unconfirmed.contains(&key) => {
+                Some(WatchEvent::Modified as fn(Object) -> WatchEvent)
+            }
             Some(_) => None,
         };
         match event {
@@ -446,11 +453,20 @@ async fn reflect(
                         .get(&key)
                         .is_none_or(|cached| cached.is_not_newer_than(o))
                     {
+                        // The watch has caught up with our own write: reported below.
+                        shelf.unconfirmed.remove(&key);
+                    }
+                    if shelf
+                        .objects
+                        .get(&key)
+                        .is_none_or(|cached| cached.is_not_newer_than(o))
+                    {
                         shelf.objects.insert(key, CacheEntry::of(o, packed));
                     }
                 }
                 WatchEvent::Deleted(o) => {
                     shelf.objects.remove(&key_of(o));
+                    shelf.unconfirmed.remove(&key_of(o));
                 }
             }
             drop(shelf);

@@ -273,32 +273,43 @@ fn cache_round_trip_and_del_decisions() {
     unnamespaced.k8s.pod_namespace.clear();
     assert!(unnamespaced.is_pod("default", "p"), "no namespace is default's");
     assert!(
-        !record.hotplug_ready(None),
+        !record.hotplug_ready(None, None),
         "no results yet: the ADD owns the pod"
     );
     let done = record.clone().with_results(vec![held_result(); plans.len()]);
-    assert!(done.hotplug_ready(None) && done.hotplug_ready(Some("u")));
+    assert!(done.hotplug_ready(None, None) && done.hotplug_ready(Some("u"), None));
     assert!(
-        !done.hotplug_ready(Some("another-pod")),
+        !done.hotplug_ready(Some("another-pod"), None),
         "a new pod of the same name"
     );
     let mut uidless = done.clone();
     uidless.k8s.pod_uid.clear();
     assert!(
-        uidless.hotplug_ready(Some("another-pod")),
+        uidless.hotplug_ready(Some("another-pod"), None),
         "no uid recorded: nothing to compare"
     );
     let partly = record.clone().with_results(vec![held_result()]);
-    assert!(!partly.hotplug_ready(None), "a delegate without its result");
+    assert!(!partly.hotplug_ready(None, None), "a delegate without its result");
     // A network-status the ADD has still to write: the pod's annotation does not show the
     // attachments yet, so no hot-plug pass; once written (that value), the record is ready.
     let pending = done.clone().with_pending_status("[v1]".into());
-    assert!(!pending.hotplug_ready(None), "network-status not written yet");
+    assert!(
+        !pending.hotplug_ready(None, None),
+        "network-status not written yet"
+    );
+    assert!(
+        !pending.hotplug_ready(None, Some("[v0]")),
+        "the pod shows another value"
+    );
+    assert!(
+        pending.hotplug_ready(None, Some("[v1]")),
+        "on the pod, not yet marked written in the record"
+    );
     let again = pending.clone().with_pending_status("[v2]".into());
     assert_eq!(again.status_written("[v1]"), None, "a later ADD's value waits on");
     let written = again.status_written("[v2]").expect("its own value written");
     assert_eq!(written.network_status, None);
-    assert!(written.hotplug_ready(None));
+    assert!(written.hotplug_ready(None, None));
     assert_eq!(written.delegates, done.delegates, "nothing else changes");
     assert_eq!(done.status_written("[v1]"), None, "nothing was pending");
     // The pending value survives the record's round trip (a restarted agent writes it).

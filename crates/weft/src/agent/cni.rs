@@ -283,6 +283,29 @@ async fn write_cache(agent: &Agent, record: &CacheRecord) -> Result<(), CniError
     blocking(move || write_cache_file(&dir, &path, &bytes)).await?
 }
 
+/// [`write_cache`] for hot-plug, which rewrites a record it read before running delegates:
+/// only while the record is there (a DEL meanwhile removed it; it must stay removed).
+async fn write_existing_cache(agent: &Agent, record: &CacheRecord) -> Result<(), CniError> {
+    let (dir, path, bytes) = (
+        agent.args.cache_dir.clone(),
+        cache_path(agent, &record.container_id),
+        record.to_bytes(),
+    );
+    let written = blocking(move || super::records::replace(&dir, &path, &bytes))
+        .await?
+        .map_err(|e| internal("cannot write the attachment cache", e))?;
+    match written {
+        true => Ok(()),
+        false => Err(CniError::new(
+            codes::UNKNOWN_CONTAINER,
+            format!(
+                "no attachment of container {} any more (its DEL ran)",
+                record.container_id
+            ),
+        )),
+    }
+}
+
 fn write_cache_file(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), CniError> {
     super::records::write(dir, path, bytes)
         .map_err(|e| internal(format!("cannot write the attachment cache {}", path.display()), e))
@@ -343,16 +366,20 @@ async fn add(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
             if let (Some(value), true) = (&status, after_reply) {
                 done = done.with_pending_status(value.clone());
             }
+            // The answer first: an ADD that cannot answer must not have its status written.
+            let answer = weft_cni::result_to_value(&outcome.result, weft_cni::CniVersion::LATEST)
+                .map_err(|e| internal("result", e))?;
             write_cache(agent, &done).await?;
             if let (Some(pod), Some(value)) = (&pod, &status) {
                 match after_reply {
-                    true => agent.status_writes.kick(&request.container_id),
+                    true => agent
+                        .status_writes
+                        .kick(&request.container_id, &pod.namespace, &pod.name),
                     false => write_network_status(agent, pod, value).await?,
                 }
                 super::pod_events::added(agent, &pod.namespace, &pod.name, &outcome.statuses);
             }
-            weft_cni::result_to_value(&outcome.result, weft_cni::CniVersion::LATEST)
-                .map_err(|e| internal("result", e))
+            Ok(answer)
         }
         Err(error) => {
             agent
@@ -370,16 +397,10 @@ async fn add(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
 }
 
 async fn write_network_status(agent: &Agent, pod: &weft_meta::Pod, value: &str) -> Result<(), CniError> {
-    match super::status_writes::write_status(
-        &agent.store,
-        &agent.ipam_store,
-        &pod.namespace,
-        &pod.name,
-        value,
-    )
-    .await
-    {
-        Ok(()) => Ok(()),
+    let _serialised = agent.status_writes.lock_pod(&pod.namespace, &pod.name).await;
+    let (store, api) = (&agent.store, &agent.ipam_store);
+    match super::status_writes::write_status(store, api, &pod.namespace, &pod.name, value, None).await {
+        Ok(_) => Ok(()),
         Err(e) if e.is_not_found() => Ok(()),
         Err(e) => Err(CniError::new(
             codes::TRY_AGAIN_LATER,
@@ -422,7 +443,10 @@ async fn del(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
     };
     if weft_meta::cache_after_del(&errors) == CacheAfterDel::Remove {
         remove_cache(agent, &request.container_id).await?;
-        agent.status_writes.forget(&request.container_id);
+        let k8s = &request.k8s;
+        agent
+            .status_writes
+            .forget(&request.container_id, &k8s.pod_namespace, &k8s.pod_name);
         Ok(())
     } else {
         outcome.map_err(|e| e.to_cni_error())
@@ -527,6 +551,22 @@ pub async fn reconcile_pod_networks(
         return Ok(0);
     }
     let mut record = cached_record(agent, container_id).await?;
+    let shown = pod.metadata.annotation(weft_netconf::NETWORK_STATUS_ANNOTATION);
+    if record.network_status.is_some() && record.network_status.as_deref() != shown {
+        // Its ADD's network-status is not on the pod yet (a later ADD of the sandbox since the
+        // caller looked): that write's watch event brings the pod back.
+        return Ok(0);
+    }
+    if let Some(value) = record.network_status.take() {
+        // The pod shows the value its ADD left to write: mark it written before this pass
+        // changes the pod's network-status, or a writer still running could write the older
+        // value over the new one.
+        let _serialised = agent.status_writes.lock_pod(&namespace, &pod.metadata.name).await;
+        let (dir, id) = (agent.args.cache_dir.clone(), container_id.to_string());
+        blocking(move || super::records::clear_pending_status(&dir, &id, &value))
+            .await?
+            .map_err(|e| internal("cannot update the attachment record", e))?;
+    }
     let mut request = AttachmentRequest {
         container_id: container_id.to_string(),
         netns: netns.to_string(),
@@ -557,7 +597,7 @@ pub async fn reconcile_pod_networks(
             entry.device_info = Some(info);
         }
         record = record.with_attachment(plan, Some(result));
-        write_cache(agent, &record).await?;
+        write_existing_cache(agent, &record).await?;
         changes += 1;
     }
     for element in &to_remove {
@@ -574,7 +614,7 @@ pub async fn reconcile_pod_networks(
             .map_err(|e| e.to_cni_error())?;
         statuses = weft_meta::status_after_remove(&statuses, element);
         record = record.without_attachment(&element.interface);
-        write_cache(agent, &record).await?;
+        write_existing_cache(agent, &record).await?;
         changes += 1;
     }
     let pod = weft_meta::Pod {

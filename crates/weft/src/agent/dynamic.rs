@@ -107,7 +107,8 @@ pub async fn reconcile_pod(agent: &Agent, reads: &Arc<dyn Store>, key: &PodKey) 
     };
     let mut changes = 0;
     for record in records {
-        if !record.hotplug_ready(pod.metadata.uid.as_deref()) {
+        let status = pod.metadata.annotation(weft_netconf::NETWORK_STATUS_ANNOTATION);
+        if !record.hotplug_ready(pod.metadata.uid.as_deref(), status) {
             continue;
         }
         let Ok(config) = &config else {

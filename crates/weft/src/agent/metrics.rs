@@ -71,7 +71,8 @@ pub struct Metrics {
     pub latency: Family<VerbLabels, Histogram>,
     /// Delegate failures by plugin type.
     pub delegate_errors: Family<DelegateLabels, Counter>,
-    /// Sandboxes whose network-status waits to be written (after their ADD answered).
+    /// network-status writers at work: sandboxes whose ADD answered and whose value is not
+    /// marked written yet (those an agent restart took up count while they wait for the caches).
     pub status_pending: Gauge,
     /// network-status writes the API server did not take (each retried with backoff).
     pub status_write_failures: Counter,
@@ -100,7 +101,7 @@ impl Default for Metrics {
         let status_write_failures = Counter::default();
         registry.register(
             "network_status_pending",
-            "Sandboxes whose network-status waits to be written",
+            "Sandboxes whose network-status is not marked written yet (their ADD answered first)",
             status_pending.clone(),
         );
         registry.register(

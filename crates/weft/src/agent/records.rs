@@ -57,6 +57,24 @@ pub fn read(cache_dir: &Path, container_id: &str) -> Option<CacheRecord> {
     CacheRecord::decode(&bytes, container_id).ok()
 }
 
+/// When `container_id`'s record was last written (the epoch when that cannot be told).
+pub fn modified(cache_dir: &Path, container_id: &str) -> std::time::SystemTime {
+    std::fs::metadata(path(cache_dir, container_id))
+        .and_then(|m| m.modified())
+        .unwrap_or(std::time::SystemTime::UNIX_EPOCH)
+}
+
+/// [`write`], only if the record is still there (hot-plug rewrites a record it read before
+/// running delegates: a DEL meanwhile removed it, and it must stay removed). Returns whether
+/// it wrote.
+pub fn replace(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
+    let _records = lock();
+    if !path.exists() {
+        return Ok(false);
+    }
+    write_unlocked(dir, path, bytes).map(|()| true)
+}
+
 /// Every readable record in `cache_dir` (one per attached sandbox).
 pub fn all(cache_dir: &Path) -> Vec<CacheRecord> {
     super::autoconf::read_dir_files(cache_dir)

@@ -11,17 +11,20 @@
 //! ([`resume`]), and a hot-plug pass leaves the pod alone until then (`hotplug_ready`).
 //!
 //! Order: the writes of one pod are serialised (a lock per stripe of pods, held across the
-//! write), and a writer always writes the value its record holds *now*, so an earlier
-//! sandbox's value can never land after a later one's.
+//! write, hot-plug's included), a writer reads the value its record holds under that lock, and
+//! only the pod's latest sandbox on this node writes (an earlier one's value is dropped), so
+//! an earlier sandbox's value never lands after a later one's; nor on another pod that took
+//! the name (the write checks the pod's UID).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
+use weft_meta::CacheRecord;
 use weft_store::reconcile::Backoff;
 use weft_store::throttle::{Decision, LogThrottle};
 use weft_store::{Api, Store, StoreError};
@@ -58,8 +61,24 @@ const BACKOFF: Backoff = Backoff {
     max: Duration::from_secs(30),
 };
 
+/// How long one write may take (an API server that accepts and never answers must not hold
+/// the pod's lock for the client's own, much longer, timeout).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Pods are serialised in this many stripes (a fixed set: no per-pod state to clean up).
 const STRIPES: usize = 64;
+
+/// A pod (namespace, name).
+type PodKey = (String, String);
+
+/// The pod a record is for (a record without a namespace is the `default` namespace's).
+fn pod_of(record: &CacheRecord) -> PodKey {
+    let namespace = match record.k8s.pod_namespace.as_str() {
+        "" => "default",
+        ns => ns,
+    };
+    (namespace.to_string(), record.k8s.pod_name.clone())
+}
 
 /// The deferred network-status writes of one agent.
 pub struct StatusWrites {
@@ -71,11 +90,22 @@ pub struct StatusWrites {
     cache_dir: PathBuf,
     /// The sandboxes whose writer task runs, each with the wake-up a newer value gives it.
     running: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Each pod's latest sandbox with a value to write (set by its ADD, dropped by its DEL):
+    /// an earlier sandbox of the pod does not write.
+    latest: Mutex<HashMap<PodKey, String>>,
     stripes: Vec<tokio::sync::Mutex<()>>,
     /// Failures of every writer, logged once per interval with a count.
     log: Mutex<LogThrottle>,
     pending: Gauge,
     failures: Counter,
+}
+
+/// What one look at a sandbox's record came to.
+enum Attempt {
+    /// Nothing to write (any more): written, dropped, or the record is gone.
+    Done,
+    /// The value is still to write: this failed.
+    Failed(String),
 }
 
 impl StatusWrites {
@@ -94,6 +124,7 @@ impl StatusWrites {
             api,
             cache_dir,
             running: Mutex::new(HashMap::new()),
+            latest: Mutex::new(HashMap::new()),
             stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
             log: Mutex::new(LogThrottle::default()),
             pending,
@@ -101,15 +132,18 @@ impl StatusWrites {
         }
     }
 
-    /// Make sure the value pending in `container_id`'s record gets written: start its writer,
-    /// or wake the one that waits out a backoff (it then writes the newer value at once).
-    pub fn kick(self: &Arc<Self>, container_id: &str) {
+    /// An ADD of sandbox `container_id` for pod `namespace`/`name` left a value in its record:
+    /// it is the pod's latest sandbox; start its writer, or wake the one that waits out a
+    /// backoff (it then writes the newer value at once).
+    pub fn kick(self: &Arc<Self>, container_id: &str, namespace: &str, name: &str) {
+        lock(&self.latest).insert(pod_key(namespace, name), container_id.to_string());
         self.start(container_id, None);
     }
 
-    /// [`Self::kick`]; a writer it starts first waits for `gate` to turn true.
+    /// Start `container_id`'s writer (or wake it); a writer it starts first waits for `gate`
+    /// to turn true.
     fn start(self: &Arc<Self>, container_id: &str, gate: Option<tokio::sync::watch::Receiver<bool>>) {
-        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut running = lock(&self.running);
         if let Some(wake) = running.get(container_id) {
             wake.notify_one();
             return;
@@ -126,28 +160,36 @@ impl StatusWrites {
         });
     }
 
-    /// `container_id`'s record is gone (its DEL ran): a writer waiting out a backoff looks at
-    /// once and ends, instead of at its next retry.
-    pub fn forget(&self, container_id: &str) {
-        let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(wake) = running.get(container_id) {
+    /// `container_id`'s record is gone (its DEL ran, for pod `namespace`/`name`): a writer
+    /// waiting out a backoff looks at once and ends, instead of at its next retry.
+    pub fn forget(&self, container_id: &str, namespace: &str, name: &str) {
+        let key = pod_key(namespace, name);
+        let mut latest = lock(&self.latest);
+        if latest.get(&key).map(String::as_str) == Some(container_id) {
+            latest.remove(&key);
+        }
+        drop(latest);
+        if let Some(wake) = lock(&self.running).get(container_id) {
             wake.notify_one();
         }
+    }
+
+    /// Serialise a write of pod `namespace`/`name`'s network-status with the writers' (hot-plug
+    /// writes it too).
+    pub async fn lock_pod(&self, namespace: &str, name: &str) -> tokio::sync::MutexGuard<'_, ()> {
+        self.stripes[stripe_of(namespace, name)].lock().await
     }
 
     async fn writer(self: Arc<Self>, container: String, wake: Arc<Notify>) {
         let mut failures = 0u32;
         loop {
-            while let Some((namespace, name, value)) = self.pending_value(&container).await {
-                match self.write(&namespace, &name, &value).await {
-                    Ok(()) => {
-                        failures = 0;
-                        self.written(&container, value).await;
-                    }
-                    Err(e) => {
+            loop {
+                match self.attempt(&container).await {
+                    Attempt::Done => break,
+                    Attempt::Failed(error) => {
                         failures += 1;
                         self.failures.inc();
-                        self.log_failure(&namespace, &name, failures, &e);
+                        self.log_failure(&container, failures, &error);
                         tokio::select! {
                             _ = tokio::time::sleep(BACKOFF.delay(failures)) => {}
                             _ = wake.notified() => {}
@@ -155,17 +197,25 @@ impl StatusWrites {
                     }
                 }
             }
+            if failures > 0 && lock(&self.log).recover().is_some() {
+                tracing::info!("network-status written again");
+            }
             // Nothing pending. Leave, then look once more: a value written into the record
             // after the look above was kicked while this writer was still registered.
             {
-                let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut running = lock(&self.running);
                 running.remove(&container);
                 self.pending.set(running.len() as i64);
             }
-            if self.pending_value(&container).await.is_none() {
+            if self
+                .read(&container)
+                .await
+                .and_then(|r| r.network_status)
+                .is_none()
+            {
                 return;
             }
-            let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut running = lock(&self.running);
             if running.contains_key(&container) {
                 return; // a new writer took over
             }
@@ -174,63 +224,87 @@ impl StatusWrites {
         }
     }
 
-    /// The pod and the value pending in `container`'s record (none: written, or the record
-    /// is gone: the sandbox's DEL ran).
-    async fn pending_value(&self, container: &str) -> Option<(String, String, String)> {
-        let (dir, container) = (self.cache_dir.clone(), container.to_string());
-        let record = crate::sys::blocking(move || super::records::read(&dir, &container))
-            .await
-            .ok()
-            .flatten()?;
-        let value = record.network_status?;
-        let namespace = match record.k8s.pod_namespace.as_str() {
-            "" => "default".to_string(),
-            ns => ns.to_string(),
+    /// Write the value pending in `container`'s record, if any, and mark it written.
+    async fn attempt(&self, container: &str) -> Attempt {
+        // A sandbox's record names one pod for its life: pick its lock, then read the value
+        // under it (a later ADD of the sandbox, hot-plug or DEL may have changed it meanwhile).
+        let Some(record) = self.read(container).await else {
+            return Attempt::Done;
         };
-        Some((namespace, record.k8s.pod_name, value))
-    }
-
-    /// Write `value` as the pod's network-status, after any write of the same pod in flight.
-    /// A pod that is gone needs no status: that counts as written.
-    async fn write(&self, namespace: &str, name: &str, value: &str) -> Result<(), StoreError> {
-        let stripe = stripe_of(namespace, name);
-        let _serialised = self.stripes[stripe].lock().await;
-        match write_status(&self.store, &self.api, namespace, name, value).await {
-            Err(e) if e.is_not_found() => Ok(()),
-            other => other,
+        let (namespace, name) = pod_of(&record);
+        let _serialised = self.lock_pod(&namespace, &name).await;
+        let Some(record) = self.read(container).await else {
+            return Attempt::Done;
+        };
+        let Some(value) = record.network_status.clone() else {
+            return Attempt::Done;
+        };
+        let latest = lock(&self.latest)
+            .get(&(namespace.clone(), name.clone()))
+            .cloned();
+        if latest.is_some_and(|latest| latest != container) {
+            // A later sandbox of the pod: its value is the pod's, this one is not written.
+            return self.written(container, value).await;
+        }
+        let uid = Some(record.k8s.pod_uid.as_str()).filter(|uid| !uid.is_empty());
+        let write = write_status(&self.store, &self.api, &namespace, &name, &value, uid);
+        match tokio::time::timeout(WRITE_TIMEOUT, write).await {
+            // Written; or the pod is gone, or the name is another pod's now: nothing to write.
+            Ok(Ok(_)) => self.written(container, value).await,
+            Ok(Err(e)) if e.is_not_found() => self.written(container, value).await,
+            Ok(Err(e)) => Attempt::Failed(e.to_string()),
+            Err(_) => Attempt::Failed(format!("no answer in {WRITE_TIMEOUT:?}")),
         }
     }
 
-    async fn written(&self, container: &str, value: String) {
+    /// `container`'s record, if it is there and readable.
+    async fn read(&self, container: &str) -> Option<CacheRecord> {
         let (dir, container) = (self.cache_dir.clone(), container.to_string());
-        let cleared =
-            crate::sys::blocking(move || super::records::clear_pending_status(&dir, &container, &value))
-                .await;
-        let error = match cleared {
-            Ok(Ok(())) => return,
-            Ok(Err(e)) => e.to_string(),
-            Err(e) => format!("{e:#}"),
-        };
-        // The value stays pending: the next look writes it again (an annotation that holds
-        // it already is not written twice) and clears it then.
-        tracing::warn!("network-status written, but its attachment record could not be updated: {error}");
+        crate::sys::blocking(move || super::records::read(&dir, &container))
+            .await
+            .ok()
+            .flatten()
     }
 
-    fn log_failure(&self, namespace: &str, name: &str, failures: u32, e: &StoreError) {
-        let decision = self
-            .log
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .decide(Instant::now());
-        if let Decision::Log { suppressed } = decision {
+    /// Mark `value` written in `container`'s record. A record that cannot be updated keeps
+    /// the value: a failure, retried with backoff (the next write of an annotation that holds
+    /// the value already is no request).
+    async fn written(&self, container: &str, value: String) -> Attempt {
+        let (dir, id) = (self.cache_dir.clone(), container.to_string());
+        let cleared =
+            crate::sys::blocking(move || super::records::clear_pending_status(&dir, &id, &value)).await;
+        match cleared {
+            Ok(Ok(())) => Attempt::Done,
+            Ok(Err(e)) => Attempt::Failed(format!(
+                "written, but the attachment record cannot be updated: {e}"
+            )),
+            Err(e) => Attempt::Failed(format!("{e:#}")),
+        }
+    }
+
+    fn log_failure(&self, container: &str, failures: u32, error: &str) {
+        if let Decision::Log { suppressed } = lock(&self.log).decide(Instant::now()) {
             tracing::warn!(
-                pod = %format!("{namespace}/{name}"),
+                container,
                 failures,
                 suppressed,
-                "network-status not written yet (retried with backoff): {e}"
+                "network-status not written yet (retried with backoff): {error}"
             );
         }
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn pod_key(namespace: &str, name: &str) -> PodKey {
+    let namespace = if namespace.is_empty() {
+        "default"
+    } else {
+        namespace
+    };
+    (namespace.to_string(), name.to_string())
 }
 
 /// The stripe of pod `namespace`/`name`.
@@ -243,53 +317,92 @@ fn stripe_of(namespace: &str, name: &str) -> usize {
 
 /// Set pod `namespace`/`name`'s network-status to `value` through its status subresource
 /// (`store`, or `api` itself when `store`, a watch cache, does not hold the pod yet). An
-/// annotation that already holds `value` is not written again.
+/// annotation that already holds `value` is not written again; with `uid`, a pod of that name
+/// with another UID (the name was taken by a new pod) is not written: `Ok(false)`.
 pub async fn write_status(
     store: &Arc<dyn Store>,
     api: &Arc<dyn Store>,
     namespace: &str,
     name: &str,
     value: &str,
-) -> Result<(), StoreError> {
+    uid: Option<&str>,
+) -> Result<bool, StoreError> {
     let write = |store: Arc<dyn Store>| async move {
+        let mut same_pod = true;
         Api::<Pod>::namespaced(store, namespace)
             .modify_status(name, |p| {
-                let changed = p.metadata.annotation(weft_netconf::NETWORK_STATUS_ANNOTATION) != Some(value);
-                p.metadata
-                    .annotations
-                    .insert(weft_netconf::NETWORK_STATUS_ANNOTATION.into(), value.to_string());
+                same_pod = uid.is_none_or(|uid| p.metadata.uid.as_deref().is_none_or(|found| found == uid));
+                let changed =
+                    same_pod && p.metadata.annotation(weft_netconf::NETWORK_STATUS_ANNOTATION) != Some(value);
+                if changed {
+                    p.metadata
+                        .annotations
+                        .insert(weft_netconf::NETWORK_STATUS_ANNOTATION.into(), value.to_string());
+                }
                 changed
             })
             .await
+            .map(|_| same_pod)
     };
     match write(store.clone()).await {
-        Err(e) if e.is_not_found() => write(api.clone()).await.map(|_| ()),
-        other => other.map(|_| ()),
+        Err(e) if e.is_not_found() => write(api.clone()).await,
+        other => other,
     }
 }
 
+/// Of the sandboxes (container id, pod, record modification time) whose records hold a value
+/// to write, the latest of each pod, which writes, and the others, whose values are dropped.
+pub fn latest_per_pod(pending: &[(String, PodKey, SystemTime)]) -> (Vec<String>, Vec<String>) {
+    let mut latest: HashMap<&PodKey, (&String, SystemTime)> = HashMap::new();
+    for (container, pod, modified) in pending {
+        match latest.get(pod) {
+            Some((_, seen)) if *seen >= *modified => {}
+            _ => {
+                latest.insert(pod, (container, *modified));
+            }
+        }
+    }
+    pending
+        .iter()
+        .map(|(container, _, _)| container.clone())
+        .partition(|container| latest.values().any(|(c, _)| *c == container))
+}
+
 /// Start the writers of the values an earlier run of the agent left pending (it stopped
-/// before writing them). They count as pending at once, and write once `synced` (the watch
-/// caches hold this node's pods, or gave up waiting): before that every write would read its
-/// pod from the API server first, and during an outage the caches sync when it is back.
+/// before writing them): the latest sandbox's of each pod. They count as pending at once, and
+/// write once `synced` (the watch caches hold this node's pods, or gave up waiting): before
+/// that every write would read its pod from the API server first, and during an outage the
+/// caches sync when it is back.
 pub async fn resume(writes: Arc<StatusWrites>, synced: tokio::sync::watch::Receiver<bool>) {
     let dir = writes.cache_dir.clone();
-    let records = crate::sys::blocking(move || super::records::all(&dir))
-        .await
-        .unwrap_or_default();
-    let pending: Vec<String> = records
-        .into_iter()
-        .filter(|r| r.network_status.is_some())
-        .map(|r| r.container_id)
-        .collect();
-    if !pending.is_empty() {
-        tracing::info!(
-            sandboxes = pending.len(),
-            "network-status the last run left pending: written once the caches sync"
-        );
+    let pending = crate::sys::blocking(move || {
+        super::records::all(&dir)
+            .into_iter()
+            .filter(|r| r.network_status.is_some())
+            .map(|r| {
+                let modified = super::records::modified(&dir, &r.container_id);
+                (r.container_id.clone(), pod_of(&r), modified)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    if pending.is_empty() {
+        return;
     }
-    for container in pending {
-        writes.start(&container, Some(synced.clone()));
+    let (latest, _earlier) = latest_per_pod(&pending);
+    tracing::info!(
+        sandboxes = latest.len(),
+        "network-status the last run left pending: written once the caches sync"
+    );
+    for (container, pod, _) in &pending {
+        if latest.contains(container) {
+            lock(&writes.latest).insert(pod.clone(), container.clone());
+        }
+    }
+    // Every pending sandbox gets a writer: an earlier one's only marks its value dropped.
+    for (container, _, _) in &pending {
+        writes.start(container, Some(synced.clone()));
     }
 }
 
@@ -304,6 +417,22 @@ mod tests {
         assert_eq!(StatusWrite::resolve(None, false), BeforeReply);
         assert_eq!(StatusWrite::resolve(Some(BeforeReply), true), BeforeReply);
         assert_eq!(StatusWrite::resolve(Some(AfterReply), false), AfterReply);
+    }
+
+    #[test]
+    fn only_the_latest_sandbox_of_a_pod_writes_after_a_restart() {
+        let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        let pod = |n: &str| ("default".to_string(), n.to_string());
+        let pending = vec![
+            ("a1".to_string(), pod("a"), at(10)),
+            ("b1".to_string(), pod("b"), at(5)),
+            ("a2".to_string(), pod("a"), at(20)),
+            ("a0".to_string(), pod("a"), at(1)),
+        ];
+        let (latest, earlier) = latest_per_pod(&pending);
+        assert_eq!(latest, ["b1", "a2"]);
+        assert_eq!(earlier, ["a1", "a0"]);
+        assert_eq!(latest_per_pod(&[]), (vec![], vec![]));
     }
 
     #[test]
