@@ -38,6 +38,10 @@ pub struct CacheRecord {
     /// ADD writes anyway, so that a restarted agent writes it too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_status: Option<String>,
+    /// When the ADD completed (milliseconds since the epoch): of a pod's sandboxes on a node,
+    /// the one added last is the pod's (a restarted agent writes only its network-status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub added_ms: Option<u64>,
 }
 
 /// Why a cache record cannot be used.
@@ -71,6 +75,7 @@ impl CacheRecord {
             delegates,
             results: Vec::new(),
             network_status: None,
+            added_ms: None,
         }
     }
 
@@ -93,6 +98,12 @@ impl CacheRecord {
     /// The record once ADD succeeded: every delegate's result (plan order).
     pub fn with_results(mut self, results: Vec<CniResult>) -> Self {
         self.results = results.into_iter().map(Some).collect();
+        self
+    }
+
+    /// The record stamped with the time its ADD completed (`added_ms`).
+    pub fn added_at(mut self, ms_since_epoch: u64) -> Self {
+        self.added_ms = Some(ms_since_epoch);
         self
     }
 
@@ -203,7 +214,7 @@ impl CacheRecord {
 pub enum DelDecision {
     /// The cached record (preferred even when the pod still exists): DEL its delegates in
     /// reverse with their cached results.
-    FromCache(CacheRecord),
+    FromCache(Box<CacheRecord>),
     /// Recompute with [`crate::plan_del_recompute`] from the configuration and the pod (or
     /// the configuration alone when the pod is gone). `corrupt` says why the cache was not
     /// used; the agent must log it — a corrupt cache never turns into a silent no-op.
@@ -231,7 +242,7 @@ pub fn decide_del(
                     d.config = d.config.with_cni_version_if_missing(&config.cni_version);
                 }
             }
-            DelDecision::FromCache(record)
+            DelDecision::FromCache(Box::new(record))
         }
         Some(Err(e)) => DelDecision::Recompute { corrupt: Some(e) },
         None if pod_known => DelDecision::Recompute { corrupt: None },

@@ -224,12 +224,20 @@ impl CachedStore {
                 .get(&key)
                 .is_none_or(|old| old.is_not_newer_than(obj))
             {
+                // A version the reflector has shown already (its watch event came first)
+                // needs no report.
+                let seen = shelf
+                    .objects
+                    .get(&key)
+                    .is_some_and(|old| old.same_version_as(obj));
+                if !seen {
+                    shelf.unconfirmed.insert(key.clone());
+                }
                 let mut obj = obj.clone();
                 let projection = self.projections.get(ty);
                 if let Some(p) = projection {
                     (p.project)(&mut obj);
                 }
-                shelf.unconfirmed.insert(key.clone());
                 shelf
                     .objects
                     .insert(key, CacheEntry::new(obj, projection.is_some_and(|p| p.packed)));
@@ -399,6 +407,7 @@ async fn reflect(
                             report(&changes, &ty, WatchEvent::Deleted(old));
                         }
                     }
+                    shelf.unconfirmed.clear();
                     shelf.missing = true;
                 }
                 let _ = synced.send(true);
@@ -600,6 +609,42 @@ mod tests {
         serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "default"}, "spec": {"nodeName": node}}))
         .unwrap()
+    }
+
+    /// A relist reports an object this store wrote while its watch was down, even at the
+    /// version it wrote (the write may carry others' changes no event showed); a version the
+    /// watch has shown, or a relist that reported it once, is not reported again.
+    #[test]
+    fn a_relist_reports_our_own_unseen_write_once() {
+        let ty = pods();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let changes: Changes = Some(tx);
+        let shelf = RwLock::new(Shelf::default());
+        let at = |rv: &str| {
+            let mut p = pod("a", "node1");
+            p.metadata.resource_version = Some(rv.into());
+            p
+        };
+        let list = |rv: &str| ObjectList {
+            items: vec![at(rv)],
+            resource_version: rv.into(),
+        };
+        restock(&shelf, &ty, list("5"), &changes, false);
+        assert!(rx.try_recv().is_ok(), "first list: Added");
+        // Our write at 7 (it carries changes made at 6 that no event showed: the watch is down).
+        {
+            let mut s = shelf.write().unwrap();
+            let key = key_of(&at("7"));
+            s.objects.insert(key.clone(), CacheEntry::new(at("7"), false));
+            s.unconfirmed.insert(key);
+        }
+        restock(&shelf, &ty, list("7"), &changes, false);
+        match rx.try_recv() {
+            Ok(change) => assert!(matches!(change.event, WatchEvent::Modified(_))),
+            Err(e) => panic!("our own unseen write was not reported: {e}"),
+        }
+        restock(&shelf, &ty, list("7"), &changes, false);
+        assert!(rx.try_recv().is_err(), "reported once");
     }
 
     #[tokio::test]

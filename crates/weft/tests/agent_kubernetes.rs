@@ -804,18 +804,7 @@ fn agent_answers_add_first_and_writes_network_status_through_an_outage_and_a_res
     let cluster = FakeCluster::start(&node);
     let mut agent = KubeAgent::start(&node, &cluster);
     let pod_ns = Netns::new("aks-pod");
-    let state = agent.dir.path().display().to_string();
-    let nad_config = json!({
-        "cniVersion": "1.0.0", "type": "bridge", "bridge": "br-st",
-        "ipam": {"type": "host-local", "ranges": [[{"subnet": "192.168.87.0/24"}]],
-                 "dataDir": format!("{state}/hl-st")}
-    });
-    cluster.create(
-        &nads(),
-        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-               "metadata": {"name": "st", "namespace": "default"},
-               "spec": {"config": nad_config.to_string()}}),
-    );
+    bridge_nad(&cluster, &agent, "st", "192.168.87.0/24");
     cluster.create(
         &pods(),
         json!({"apiVersion": "v1", "kind": "Pod",
@@ -837,25 +826,8 @@ fn agent_answers_add_first_and_writes_network_status_through_an_outage_and_a_res
             .map(str::to_string)
     };
     // The pod and the NAD in the agent's caches (its watches delivered them).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        cluster.api.clear_requests();
-        let add = agent.shim("ADD", &pod_ns, "default", "web");
-        assert!(Instant::now() < deadline, "ADD: {}\n{}", text(&add), agent.log());
-        if add.status.success() {
-            agent.wait_status_written();
-            if !cluster.api.requests().iter().any(|r| r.starts_with("GET ")) {
-                break;
-            }
-        }
-        // The NAD or the pod was not in the caches yet.
-        let del = agent.shim("DEL", &pod_ns, "default", "web");
-        assert!(del.status.success(), "DEL: {}", text(&del));
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    add_and_del_from_the_caches(&cluster, &agent, &pod_ns, "web");
     assert!(status_of(&cluster).is_some_and(|s| s.contains("\"st0\"")));
-    let del = agent.shim("DEL", &pod_ns, "default", "web");
-    assert!(del.status.success(), "DEL: {}", text(&del));
 
     // (a) The API server is down: the ADD succeeds (the pod and NAD from the caches), its
     // network-status waits in the attachment record.
@@ -995,23 +967,8 @@ fn hot_plug_waits_for_the_network_status_an_add_left_to_write() {
         conflist.to_string(),
     )
     .unwrap();
-    let state = agent.dir.path().display().to_string();
-    for (name, bridge, subnet) in [
-        ("hpa", "br-hpa", "192.168.85.0/24"),
-        ("hpb", "br-hpb", "192.168.86.0/24"),
-    ] {
-        let config = json!({
-            "cniVersion": "1.0.0", "type": "bridge", "bridge": bridge,
-            "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]],
-                     "dataDir": format!("{state}/hl-{name}")}
-        });
-        cluster.create(
-            &nads(),
-            json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-                   "metadata": {"name": name, "namespace": "default"},
-                   "spec": {"config": config.to_string()}}),
-        );
-    }
+    bridge_nad(&cluster, &agent, "hpa", "192.168.85.0/24");
+    bridge_nad(&cluster, &agent, "hpb", "192.168.86.0/24");
     cluster.create(
         &pods(),
         json!({"apiVersion": "v1", "kind": "Pod",
@@ -1020,9 +977,8 @@ fn hot_plug_waits_for_the_network_status_an_add_left_to_write() {
                "spec": {"nodeName": "n1"}}),
     );
     let pod_ns = Netns::new("akh-pod");
-    // Both NADs and the pod reach the agent's caches through its watches (well under this).
-    wait_for_watches(&cluster, &agent);
-    std::thread::sleep(Duration::from_secs(1));
+    // Both NADs and the pod in the agent's caches (its watches delivered them).
+    add_and_del_from_the_caches(&cluster, &agent, &pod_ns, "web");
 
     take_down(&cluster, &agent);
     let add = agent.shim("ADD", &pod_ns, "default", "web");
@@ -1037,12 +993,36 @@ fn hot_plug_waits_for_the_network_status_an_add_left_to_write() {
         .runtime
         .block_on(cluster.objects.update(&pods(), pod))
         .unwrap();
-    // Back, but the first write attempts lose to other writers (16 conflicts give a write up):
-    // the caches relist the pod with its new networks and no network-status first.
+    // Back, but every write loses to another writer until the caches have relisted the pod
+    // (its new networks, no network-status) and a write attempt has failed since: the
+    // hot-plug passes in between see the ADD's value missing from the pod.
     cluster
         .api
-        .conflict_next_status_updates(&pods(), Some("default"), "web", 20);
+        .conflict_next_status_updates(&pods(), Some("default"), "web", usize::MAX);
+    let failed_before = status_metrics(&agent).1;
+    cluster.api.clear_requests();
     cluster.api.set_down(false);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let relisted = cluster
+            .api
+            .requests()
+            .iter()
+            .any(|r| r.starts_with("GET /api/v1/pods?") && !r.contains("watch=true"));
+        if relisted && status_metrics(&agent).1 > failed_before {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no relist and failed write:\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(pod_ns.links().len(), 3, "nothing plugged meanwhile");
+    cluster
+        .api
+        .conflict_next_status_updates(&pods(), Some("default"), "web", 0);
 
     // The ADD's network-status lands, then hot-plug adds hpb0, and only it.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -1075,9 +1055,47 @@ fn hot_plug_waits_for_the_network_status_an_add_left_to_write() {
         agent.log()
     );
     assert_eq!(agent.leases("hl-hpa").len(), 1, "hpa0 plugged once");
-    assert!(status_metrics(&agent).1 >= 1, "the write failed first");
+
     let del = agent.shim("DEL", &pod_ns, "default", "web");
     assert!(del.status.success(), "DEL: {}", text(&del));
     assert_eq!(pod_ns.links(), ["lo"]);
     assert!(agent.leases("hl-hpa").is_empty() && agent.leases("hl-hpb").is_empty());
+}
+
+/// NAD `name` in `default`: bridge `br-<name>` with host-local on `subnet`, its leases under
+/// the agent's `hl-<name>`.
+fn bridge_nad(cluster: &FakeCluster, agent: &KubeAgent, name: &str, subnet: &str) {
+    let state = agent.dir.path().display().to_string();
+    let config = json!({
+        "cniVersion": "1.0.0", "type": "bridge", "bridge": format!("br-{name}"),
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]],
+                 "dataDir": format!("{state}/hl-{name}")}
+    });
+    cluster.create(
+        &nads(),
+        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+               "metadata": {"name": name, "namespace": "default"},
+               "spec": {"config": config.to_string()}}),
+    );
+}
+
+/// ADD (and DEL) pod `pod` until an ADD needs no read of the API server: the pod and its NADs
+/// are in the agent's watch caches. Bounded: 15 s.
+fn add_and_del_from_the_caches(cluster: &FakeCluster, agent: &KubeAgent, pod_ns: &Netns, pod: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        cluster.api.clear_requests();
+        let add = agent.shim("ADD", pod_ns, "default", pod);
+        assert!(Instant::now() < deadline, "ADD: {}\n{}", text(&add), agent.log());
+        if add.status.success() {
+            agent.wait_status_written();
+        }
+        let cached = add.status.success() && !cluster.api.requests().iter().any(|r| r.starts_with("GET "));
+        let del = agent.shim("DEL", pod_ns, "default", pod);
+        assert!(del.status.success(), "DEL: {}", text(&del));
+        if cached {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -226,7 +226,7 @@ fn cache_round_trip_and_del_decisions() {
     let bytes = record.to_bytes();
     assert_eq!(
         decide_del(&c, Some(&bytes), "c1", false),
-        DelDecision::FromCache(record.clone())
+        DelDecision::FromCache(Box::new(record.clone()))
     );
     assert!(matches!(
         decide_del(&c, Some(&bytes), "c2", true),

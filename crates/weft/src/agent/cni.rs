@@ -358,7 +358,10 @@ async fn add(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
     let outcome = execute(agent, move |executor| executor.add(&req, &plans)).await?;
     match outcome {
         Ok(outcome) => {
-            let mut done = record.with_results(outcome.results.clone());
+            let added_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            let mut done = record.with_results(outcome.results.clone()).added_at(added_ms);
             let status = pod
                 .as_ref()
                 .map(|_| weft_netconf::format_network_status_annotation(&outcome.statuses));
@@ -396,10 +399,22 @@ async fn add(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
     }
 }
 
+/// Write `pod`'s network-status now (before the ADD answers, and hot-plug's), serialised
+/// with the pod's deferred writes and bounded as they are.
 async fn write_network_status(agent: &Agent, pod: &weft_meta::Pod, value: &str) -> Result<(), CniError> {
+    use super::status_writes::{WRITE_TIMEOUT, write_status};
     let _serialised = agent.status_writes.lock_pod(&pod.namespace, &pod.name).await;
     let (store, api) = (&agent.store, &agent.ipam_store);
-    match super::status_writes::write_status(store, api, &pod.namespace, &pod.name, value, None).await {
+    let uid = Some(pod.uid.as_str()).filter(|uid| !uid.is_empty());
+    let write = write_status(store, api, &pod.namespace, &pod.name, value, uid);
+    let outcome = tokio::time::timeout(WRITE_TIMEOUT, write)
+        .await
+        .unwrap_or_else(|_| {
+            Err(weft_store::StoreError::Unavailable(format!(
+                "no answer in {WRITE_TIMEOUT:?}"
+            )))
+        });
+    match outcome {
         Ok(_) => Ok(()),
         Err(e) if e.is_not_found() => Ok(()),
         Err(e) => Err(CniError::new(
@@ -411,6 +426,8 @@ async fn write_network_status(agent: &Agent, pod: &weft_meta::Pod, value: &str) 
 }
 
 async fn del(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) -> Result<(), CniError> {
+    // Not beside a hot-plug pass of the same sandbox (records::Sandboxes).
+    let _sandbox = agent.sandboxes.lock(&request.container_id).await;
     let cached = read_cache(agent, &request.container_id).await?;
     let pod = pod_of(agent, request).await.unwrap_or(None);
     let lookup = match &pod {
@@ -550,6 +567,8 @@ pub async fn reconcile_pod_networks(
     if to_add.is_empty() && to_remove.is_empty() {
         return Ok(0);
     }
+    // Not beside a DEL of the same sandbox (records::Sandboxes).
+    let _sandbox = agent.sandboxes.lock(container_id).await;
     let mut record = cached_record(agent, container_id).await?;
     let shown = pod.metadata.annotation(weft_netconf::NETWORK_STATUS_ANNOTATION);
     if record.network_status.is_some() && record.network_status.as_deref() != shown {

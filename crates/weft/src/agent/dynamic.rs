@@ -246,6 +246,7 @@ mod tests {
             ipam_held: weft_ipam::HeldCache::default(),
             status_write: super::super::status_writes::StatusWrite::BeforeReply,
             status_writes,
+            sandboxes: Default::default(),
             events: crate::event_recorder::Recorder::new(
                 backend,
                 "weft-node",
@@ -285,6 +286,7 @@ mod tests {
             delegates: Vec::new(),
             results: Vec::new(),
             network_status: None,
+            added_ms: None,
         };
         std::fs::write(
             dir.path().join("cache/c1.json"),

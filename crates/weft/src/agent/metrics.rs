@@ -74,7 +74,8 @@ pub struct Metrics {
     /// network-status writers at work: sandboxes whose ADD answered and whose value is not
     /// marked written yet (those an agent restart took up count while they wait for the caches).
     pub status_pending: Gauge,
-    /// network-status writes the API server did not take (each retried with backoff).
+    /// Failed network-status write attempts (the API server did not take the write, or the
+    /// attachment record could not be updated after it; each retried with backoff).
     pub status_write_failures: Counter,
 }
 
@@ -106,7 +107,7 @@ impl Default for Metrics {
         );
         registry.register(
             "network_status_write_failures",
-            "network-status writes the API server did not take",
+            "Failed network-status write attempts (API server or attachment record)",
             status_write_failures.clone(),
         );
         Self {

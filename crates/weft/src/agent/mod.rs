@@ -118,6 +118,8 @@ pub struct Agent {
     pub status_write: status_writes::StatusWrite,
     /// The network-status writes that run after their ADD answered.
     pub status_writes: Arc<status_writes::StatusWrites>,
+    /// A DEL and a hot-plug pass of one sandbox do not overlap.
+    pub sandboxes: records::Sandboxes,
 }
 
 impl Agent {
@@ -239,6 +241,7 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
             crate::cluster::is_kubernetes(),
         ),
         status_writes,
+        sandboxes: Default::default(),
     });
     let server_state = Arc::new(server::ServerState {
         agent: agent.clone(),

@@ -57,13 +57,6 @@ pub fn read(cache_dir: &Path, container_id: &str) -> Option<CacheRecord> {
     CacheRecord::decode(&bytes, container_id).ok()
 }
 
-/// When `container_id`'s record was last written (the epoch when that cannot be told).
-pub fn modified(cache_dir: &Path, container_id: &str) -> std::time::SystemTime {
-    std::fs::metadata(path(cache_dir, container_id))
-        .and_then(|m| m.modified())
-        .unwrap_or(std::time::SystemTime::UNIX_EPOCH)
-}
-
 /// [`write`], only if the record is still there (hot-plug rewrites a record it read before
 /// running delegates: a DEL meanwhile removed it, and it must stay removed). Returns whether
 /// it wrote.
@@ -94,4 +87,36 @@ pub fn clear_pending_status(cache_dir: &Path, container_id: &str, written: &str)
         return Ok(());
     };
     write_unlocked(cache_dir, &path(cache_dir, container_id), &updated.to_bytes())
+}
+
+/// One lock per stripe of sandboxes: a DEL and a hot-plug pass of the same sandbox do not
+/// overlap (a hot-plug pass reads the record, runs delegates and writes it back; a DEL between
+/// would miss what it plugged and remove the record under it).
+pub struct Sandboxes {
+    stripes: Vec<tokio::sync::Mutex<()>>,
+}
+
+/// Sandboxes are serialised in this many stripes (a fixed set: no per-sandbox state).
+const SANDBOX_STRIPES: usize = 256;
+
+impl Default for Sandboxes {
+    fn default() -> Self {
+        Self {
+            stripes: (0..SANDBOX_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+        }
+    }
+}
+
+impl Sandboxes {
+    /// Hold `container_id`'s lock.
+    pub async fn lock(&self, container_id: &str) -> tokio::sync::MutexGuard<'_, ()> {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        container_id.hash(&mut hasher);
+        self.stripes[(hasher.finish() % SANDBOX_STRIPES as u64) as usize]
+            .lock()
+            .await
+    }
 }

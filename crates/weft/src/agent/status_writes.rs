@@ -12,14 +12,15 @@
 //!
 //! Order: the writes of one pod are serialised (a lock per stripe of pods, held across the
 //! write, hot-plug's included), a writer reads the value its record holds under that lock, and
-//! only the pod's latest sandbox on this node writes (an earlier one's value is dropped), so
-//! an earlier sandbox's value never lands after a later one's; nor on another pod that took
-//! the name (the write checks the pod's UID).
+//! only the pod's latest sandbox on this node writes (the one whose ADD completed last; an
+//! earlier one's value is dropped, after a restart too), so an earlier sandbox's value never
+//! lands after a later one's; nor on another pod that took the name (the write checks the
+//! pod's UID).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -63,10 +64,10 @@ const BACKOFF: Backoff = Backoff {
 
 /// How long one write may take (an API server that accepts and never answers must not hold
 /// the pod's lock for the client's own, much longer, timeout).
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Pods are serialised in this many stripes (a fixed set: no per-pod state to clean up).
-const STRIPES: usize = 64;
+const STRIPES: usize = 256;
 
 /// A pod (namespace, name).
 type PodKey = (String, String);
@@ -102,7 +103,9 @@ pub struct StatusWrites {
 
 /// What one look at a sandbox's record came to.
 enum Attempt {
-    /// Nothing to write (any more): written, dropped, or the record is gone.
+    /// The value is on the pod now.
+    Written,
+    /// Nothing to write (any more): dropped, the pod is gone, or the record is gone.
     Done,
     /// The value is still to write: this failed.
     Failed(String),
@@ -136,7 +139,13 @@ impl StatusWrites {
     /// it is the pod's latest sandbox; start its writer, or wake the one that waits out a
     /// backoff (it then writes the newer value at once).
     pub fn kick(self: &Arc<Self>, container_id: &str, namespace: &str, name: &str) {
-        lock(&self.latest).insert(pod_key(namespace, name), container_id.to_string());
+        let previous = lock(&self.latest).insert(pod_key(namespace, name), container_id.to_string());
+        // An earlier sandbox's writer waiting out a backoff drops its value at once.
+        if let Some(previous) = previous.filter(|p| p != container_id)
+            && let Some(wake) = lock(&self.running).get(&previous)
+        {
+            wake.notify_one();
+        }
         self.start(container_id, None);
     }
 
@@ -177,7 +186,8 @@ impl StatusWrites {
     /// Serialise a write of pod `namespace`/`name`'s network-status with the writers' (hot-plug
     /// writes it too).
     pub async fn lock_pod(&self, namespace: &str, name: &str) -> tokio::sync::MutexGuard<'_, ()> {
-        self.stripes[stripe_of(namespace, name)].lock().await
+        let (namespace, name) = pod_key(namespace, name);
+        self.stripes[stripe_of(&namespace, &name)].lock().await
     }
 
     async fn writer(self: Arc<Self>, container: String, wake: Arc<Notify>) {
@@ -185,7 +195,16 @@ impl StatusWrites {
         loop {
             loop {
                 match self.attempt(&container).await {
-                    Attempt::Done => break,
+                    Attempt::Written => {
+                        if failures > 0 && lock(&self.log).recover().is_some() {
+                            tracing::info!("network-status written again");
+                        }
+                        failures = 0;
+                    }
+                    Attempt::Done => {
+                        failures = 0;
+                        break;
+                    }
                     Attempt::Failed(error) => {
                         failures += 1;
                         self.failures.inc();
@@ -196,9 +215,6 @@ impl StatusWrites {
                         }
                     }
                 }
-            }
-            if failures > 0 && lock(&self.log).recover().is_some() {
-                tracing::info!("network-status written again");
             }
             // Nothing pending. Leave, then look once more: a value written into the record
             // after the look above was kicked while this writer was still registered.
@@ -244,14 +260,15 @@ impl StatusWrites {
             .cloned();
         if latest.is_some_and(|latest| latest != container) {
             // A later sandbox of the pod: its value is the pod's, this one is not written.
-            return self.written(container, value).await;
+            return self.cleared(container, value, Attempt::Done).await;
         }
         let uid = Some(record.k8s.pod_uid.as_str()).filter(|uid| !uid.is_empty());
         let write = write_status(&self.store, &self.api, &namespace, &name, &value, uid);
         match tokio::time::timeout(WRITE_TIMEOUT, write).await {
-            // Written; or the pod is gone, or the name is another pod's now: nothing to write.
-            Ok(Ok(_)) => self.written(container, value).await,
-            Ok(Err(e)) if e.is_not_found() => self.written(container, value).await,
+            Ok(Ok(true)) => self.cleared(container, value, Attempt::Written).await,
+            // The pod is gone, or the name is another pod's now: nothing to write.
+            Ok(Ok(false)) => self.cleared(container, value, Attempt::Done).await,
+            Ok(Err(e)) if e.is_not_found() => self.cleared(container, value, Attempt::Done).await,
             Ok(Err(e)) => Attempt::Failed(e.to_string()),
             Err(_) => Attempt::Failed(format!("no answer in {WRITE_TIMEOUT:?}")),
         }
@@ -266,15 +283,15 @@ impl StatusWrites {
             .flatten()
     }
 
-    /// Mark `value` written in `container`'s record. A record that cannot be updated keeps
-    /// the value: a failure, retried with backoff (the next write of an annotation that holds
-    /// the value already is no request).
-    async fn written(&self, container: &str, value: String) -> Attempt {
+    /// Mark `value` no longer pending in `container`'s record; then `outcome`. A record that
+    /// cannot be updated keeps the value: a failure, retried with backoff (the next write of
+    /// an annotation that holds the value already is no request).
+    async fn cleared(&self, container: &str, value: String, outcome: Attempt) -> Attempt {
         let (dir, id) = (self.cache_dir.clone(), container.to_string());
         let cleared =
             crate::sys::blocking(move || super::records::clear_pending_status(&dir, &id, &value)).await;
         match cleared {
-            Ok(Ok(())) => Attempt::Done,
+            Ok(Ok(())) => outcome,
             Ok(Err(e)) => Attempt::Failed(format!(
                 "written, but the attachment record cannot be updated: {e}"
             )),
@@ -350,60 +367,66 @@ pub async fn write_status(
     }
 }
 
-/// Of the sandboxes (container id, pod, record modification time) whose records hold a value
-/// to write, the latest of each pod, which writes, and the others, whose values are dropped.
-pub fn latest_per_pod(pending: &[(String, PodKey, SystemTime)]) -> (Vec<String>, Vec<String>) {
-    let mut latest: HashMap<&PodKey, (&String, SystemTime)> = HashMap::new();
-    for (container, pod, modified) in pending {
+/// Each pod's latest sandbox among `sandboxes` (container id, pod, when its ADD completed; a
+/// record without the time counts as the oldest): the one whose network-status is the pod's.
+pub fn latest_per_pod(sandboxes: &[(String, PodKey, u64)]) -> HashMap<PodKey, String> {
+    let mut latest: HashMap<PodKey, (String, u64)> = HashMap::new();
+    for (container, pod, added) in sandboxes {
         match latest.get(pod) {
-            Some((_, seen)) if *seen >= *modified => {}
+            Some((_, seen)) if *seen >= *added => {}
             _ => {
-                latest.insert(pod, (container, *modified));
+                latest.insert(pod.clone(), (container.clone(), *added));
             }
         }
     }
-    pending
-        .iter()
-        .map(|(container, _, _)| container.clone())
-        .partition(|container| latest.values().any(|(c, _)| *c == container))
+    latest
+        .into_iter()
+        .map(|(pod, (container, _))| (pod, container))
+        .collect()
 }
 
-/// Start the writers of the values an earlier run of the agent left pending (it stopped
-/// before writing them): the latest sandbox's of each pod. They count as pending at once, and
-/// write once `synced` (the watch caches hold this node's pods, or gave up waiting): before
-/// that every write would read its pod from the API server first, and during an outage the
-/// caches sync when it is back.
+/// Take up the values an earlier run of the agent left pending (it stopped before writing
+/// them). Only each pod's latest sandbox (of all its records, written or not) writes; an
+/// earlier sandbox's value is dropped at once. The writers count as pending at once, and write
+/// once `synced` (the watch caches hold this node's pods, or gave up waiting after 20 s):
+/// before that every write would read its pod from the API server first.
 pub async fn resume(writes: Arc<StatusWrites>, synced: tokio::sync::watch::Receiver<bool>) {
     let dir = writes.cache_dir.clone();
-    let pending = crate::sys::blocking(move || {
-        super::records::all(&dir)
-            .into_iter()
-            .filter(|r| r.network_status.is_some())
-            .map(|r| {
-                let modified = super::records::modified(&dir, &r.container_id);
-                (r.container_id.clone(), pod_of(&r), modified)
-            })
-            .collect::<Vec<_>>()
-    })
-    .await
-    .unwrap_or_default();
+    let records = crate::sys::blocking(move || super::records::all(&dir))
+        .await
+        .unwrap_or_default();
+    let sandboxes: Vec<(String, PodKey, u64)> = records
+        .iter()
+        .map(|r| (r.container_id.clone(), pod_of(r), r.added_ms.unwrap_or(0)))
+        .collect();
+    let latest = latest_per_pod(&sandboxes);
+    let pending: Vec<(String, PodKey, String)> = records
+        .into_iter()
+        .filter_map(|r| {
+            let pod = pod_of(&r);
+            r.network_status.map(|value| (r.container_id, pod, value))
+        })
+        .collect();
     if pending.is_empty() {
         return;
     }
-    let (latest, _earlier) = latest_per_pod(&pending);
-    tracing::info!(
-        sandboxes = latest.len(),
-        "network-status the last run left pending: written once the caches sync"
-    );
-    for (container, pod, _) in &pending {
-        if latest.contains(container) {
-            lock(&writes.latest).insert(pod.clone(), container.clone());
+    let mut taken_up = 0;
+    for (container, pod, value) in pending {
+        if latest.get(&pod) == Some(&container) {
+            // An ADD since this run started may have set its own, later, sandbox: it wins.
+            lock(&writes.latest)
+                .entry(pod)
+                .or_insert_with(|| container.clone());
+            writes.start(&container, Some(synced.clone()));
+            taken_up += 1;
+        } else {
+            let _ = writes.cleared(&container, value, Attempt::Done).await;
         }
     }
-    // Every pending sandbox gets a writer: an earlier one's only marks its value dropped.
-    for (container, _, _) in &pending {
-        writes.start(container, Some(synced.clone()));
-    }
+    tracing::info!(
+        sandboxes = taken_up,
+        "network-status the last run left pending: written once the caches sync"
+    );
 }
 
 #[cfg(test)]
@@ -421,18 +444,18 @@ mod tests {
 
     #[test]
     fn only_the_latest_sandbox_of_a_pod_writes_after_a_restart() {
-        let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
         let pod = |n: &str| ("default".to_string(), n.to_string());
-        let pending = vec![
-            ("a1".to_string(), pod("a"), at(10)),
-            ("b1".to_string(), pod("b"), at(5)),
-            ("a2".to_string(), pod("a"), at(20)),
-            ("a0".to_string(), pod("a"), at(1)),
+        let sandboxes = vec![
+            ("a1".to_string(), pod("a"), 10),
+            ("b1".to_string(), pod("b"), 5),
+            ("a2".to_string(), pod("a"), 20),
+            ("a0".to_string(), pod("a"), 0),
         ];
-        let (latest, earlier) = latest_per_pod(&pending);
-        assert_eq!(latest, ["b1", "a2"]);
-        assert_eq!(earlier, ["a1", "a0"]);
-        assert_eq!(latest_per_pod(&[]), (vec![], vec![]));
+        let latest = latest_per_pod(&sandboxes);
+        assert_eq!(latest.len(), 2);
+        assert_eq!(latest[&pod("a")], "a2");
+        assert_eq!(latest[&pod("b")], "b1");
+        assert!(latest_per_pod(&[]).is_empty());
     }
 
     #[test]
