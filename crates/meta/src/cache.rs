@@ -127,11 +127,15 @@ impl CacheRecord {
     /// Whether the record is pod `namespace`/`name`'s (a record without a namespace is the
     /// `default` namespace's, as the runtime's `K8S_POD_NAMESPACE` left out means).
     pub fn is_pod(&self, namespace: &str, name: &str) -> bool {
-        let record_ns = match self.k8s.pod_namespace.as_str() {
+        self.pod_namespace() == namespace && self.k8s.pod_name == name
+    }
+
+    /// The namespace of the record's pod (`default` when the runtime left it out).
+    pub fn pod_namespace(&self) -> &str {
+        match self.k8s.pod_namespace.as_str() {
             "" => "default",
             ns => ns,
-        };
-        record_ns == namespace && self.k8s.pod_name == name
+        }
     }
 
     /// Whether a hot-plug pass may act on this record for the pod now holding its name

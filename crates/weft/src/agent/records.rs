@@ -89,34 +89,58 @@ pub fn clear_pending_status(cache_dir: &Path, container_id: &str, written: &str)
     write_unlocked(cache_dir, &path(cache_dir, container_id), &updated.to_bytes())
 }
 
-/// One lock per stripe of sandboxes: a DEL and a hot-plug pass of the same sandbox do not
-/// overlap (a hot-plug pass reads the record, runs delegates and writes it back; a DEL between
-/// would miss what it plugged and remove the record under it).
-pub struct Sandboxes {
+/// Async locks by key, in a fixed set of stripes (no per-key state to clean up): what the
+/// pod lock of network-status writes and the sandbox lock of DEL and hot-plug are made of.
+pub struct Stripes {
     stripes: Vec<tokio::sync::Mutex<()>>,
 }
 
-/// Sandboxes are serialised in this many stripes (a fixed set: no per-sandbox state).
-const SANDBOX_STRIPES: usize = 256;
+/// Keys are serialised in this many stripes.
+const STRIPES: usize = 256;
 
-impl Default for Sandboxes {
+impl Default for Stripes {
     fn default() -> Self {
         Self {
-            stripes: (0..SANDBOX_STRIPES)
-                .map(|_| tokio::sync::Mutex::new(()))
-                .collect(),
+            stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
         }
     }
 }
 
+impl Stripes {
+    /// The stripe of `key` (always the same one).
+    fn of(key: &impl std::hash::Hash) -> usize {
+        use std::hash::Hasher;
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        key.hash(&mut hasher);
+        (hasher.finish() % STRIPES as u64) as usize
+    }
+
+    /// Hold `key`'s lock.
+    pub async fn lock(&self, key: &impl std::hash::Hash) -> tokio::sync::MutexGuard<'_, ()> {
+        self.stripes[Self::of(key)].lock().await
+    }
+}
+
+/// One lock per sandbox: a DEL and a hot-plug pass of the same sandbox do not overlap (a
+/// hot-plug pass reads the record, runs delegates and writes it back; a DEL between would miss
+/// what it plugged and remove the record under it).
+#[derive(Default)]
+pub struct Sandboxes(Stripes);
+
 impl Sandboxes {
     /// Hold `container_id`'s lock.
     pub async fn lock(&self, container_id: &str) -> tokio::sync::MutexGuard<'_, ()> {
-        use std::hash::{Hash, Hasher};
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        container_id.hash(&mut hasher);
-        self.stripes[(hasher.finish() % SANDBOX_STRIPES as u64) as usize]
-            .lock()
-            .await
+        self.0.lock(&container_id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_always_lands_in_the_same_stripe() {
+        assert_eq!(Stripes::of(&("default", "web")), Stripes::of(&("default", "web")));
+        assert!(Stripes::of(&"c1") < STRIPES);
     }
 }

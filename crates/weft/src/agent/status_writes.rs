@@ -66,19 +66,12 @@ const BACKOFF: Backoff = Backoff {
 /// the pod's lock for the client's own, much longer, timeout).
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Pods are serialised in this many stripes (a fixed set: no per-pod state to clean up).
-const STRIPES: usize = 256;
-
 /// A pod (namespace, name).
 type PodKey = (String, String);
 
 /// The pod a record is for (a record without a namespace is the `default` namespace's).
 fn pod_of(record: &CacheRecord) -> PodKey {
-    let namespace = match record.k8s.pod_namespace.as_str() {
-        "" => "default",
-        ns => ns,
-    };
-    (namespace.to_string(), record.k8s.pod_name.clone())
+    (record.pod_namespace().to_string(), record.k8s.pod_name.clone())
 }
 
 /// The deferred network-status writes of one agent.
@@ -94,7 +87,7 @@ pub struct StatusWrites {
     /// Each pod's latest sandbox with a value to write (set by its ADD, dropped by its DEL):
     /// an earlier sandbox of the pod does not write.
     latest: Mutex<HashMap<PodKey, String>>,
-    stripes: Vec<tokio::sync::Mutex<()>>,
+    pods: super::records::Stripes,
     /// Failures of every writer, logged once per interval with a count.
     log: Mutex<LogThrottle>,
     pending: Gauge,
@@ -128,7 +121,7 @@ impl StatusWrites {
             cache_dir,
             running: Mutex::new(HashMap::new()),
             latest: Mutex::new(HashMap::new()),
-            stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+            pods: Default::default(),
             log: Mutex::new(LogThrottle::default()),
             pending,
             failures,
@@ -186,8 +179,7 @@ impl StatusWrites {
     /// Serialise a write of pod `namespace`/`name`'s network-status with the writers' (hot-plug
     /// writes it too).
     pub async fn lock_pod(&self, namespace: &str, name: &str) -> tokio::sync::MutexGuard<'_, ()> {
-        let (namespace, name) = pod_key(namespace, name);
-        self.stripes[stripe_of(&namespace, &name)].lock().await
+        self.pods.lock(&pod_key(namespace, name)).await
     }
 
     async fn writer(self: Arc<Self>, container: String, wake: Arc<Notify>) {
@@ -324,14 +316,6 @@ fn pod_key(namespace: &str, name: &str) -> PodKey {
     (namespace.to_string(), name.to_string())
 }
 
-/// The stripe of pod `namespace`/`name`.
-fn stripe_of(namespace: &str, name: &str) -> usize {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    (namespace, name).hash(&mut hasher);
-    (hasher.finish() % STRIPES as u64) as usize
-}
-
 /// Set pod `namespace`/`name`'s network-status to `value` through its status subresource
 /// (`store`, or `api` itself when `store`, a watch cache, does not hold the pod yet). An
 /// annotation that already holds `value` is not written again; with `uid`, a pod of that name
@@ -456,11 +440,5 @@ mod tests {
         assert_eq!(latest[&pod("a")], "a2");
         assert_eq!(latest[&pod("b")], "b1");
         assert!(latest_per_pod(&[]).is_empty());
-    }
-
-    #[test]
-    fn a_pod_always_lands_in_the_same_stripe() {
-        assert_eq!(stripe_of("default", "web"), stripe_of("default", "web"));
-        assert!(stripe_of("a", "b") < STRIPES);
     }
 }
