@@ -10,7 +10,7 @@ use weft_netconf::DelegateConfig;
 /// The file weft writes into the node's CNI conf dir.
 pub const WEFT_CONFLIST_NAME: &str = "00-weft.conflist";
 /// The shim's plugin type.
-pub const WEFT_PLUGIN_TYPE: &str = "weft-cni";
+pub const WEFT_PLUGIN_TYPE: &str = weft_netconf::META_PLUGIN_TYPE;
 /// The network name of the generated configuration (Multus's, so existing tooling matches).
 pub const DEFAULT_NETWORK_NAME: &str = "multus-cni-network";
 

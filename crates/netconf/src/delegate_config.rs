@@ -34,6 +34,11 @@ pub enum DelegateKind {
     },
 }
 
+/// The meta-plugin's own plugin type (the `weft-cni` shim). A delegate of this type would
+/// hand the pod's ADD back to the agent that runs it, which would plan the same networks again:
+/// a NAD naming it is refused ([`NadConfigError::MetaPlugin`]).
+pub const META_PLUGIN_TYPE: &str = "weft-cni";
+
 /// Why a configuration cannot be used as a delegate (Multus's `LoadDelegateNetConf` texts).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DelegateConfigError {
@@ -293,6 +298,14 @@ pub enum NadConfigError {
         /// The classification failure.
         source: DelegateConfigError,
     },
+    /// A plugin of the configuration is the meta-plugin itself.
+    #[error(
+        "NetworkAttachmentDefinition {nad}: plugin type {META_PLUGIN_TYPE:?} is the meta-plugin itself (it would attach the pod's networks again, from within its own ADD); name the plugin it should delegate to"
+    )]
+    MetaPlugin {
+        /// `<namespace>/<name>`.
+        nad: String,
+    },
 }
 
 /// Why a conf-dir lookup by network name failed (libcni/NAD-client texts).
@@ -447,7 +460,18 @@ pub fn delegate_config_from_nad(
             }
         })?
     };
-    DelegateConfig::parse(text).map_err(|source| NadConfigError::Invalid { nad: nad_ref, source })
+    let config = DelegateConfig::parse(text).map_err(|source| NadConfigError::Invalid {
+        nad: nad_ref.clone(),
+        source,
+    })?;
+    let types: &[String] = match config.kind() {
+        DelegateKind::Plugin { plugin_type } => std::slice::from_ref(plugin_type),
+        DelegateKind::List { plugin_types } => plugin_types,
+    };
+    if types.iter().any(|t| t == META_PLUGIN_TYPE) {
+        return Err(NadConfigError::MetaPlugin { nad: nad_ref });
+    }
+    Ok(config)
 }
 
 #[cfg(test)]

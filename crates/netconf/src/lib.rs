@@ -14,7 +14,7 @@ pub use annotation::{
     AnnotationError, is_dns1123_label, parse_default_network_annotation, parse_networks_annotation,
 };
 pub use delegate_config::{
-    ConfDirError, DelegateConfig, DelegateConfigError, DelegateKind, NadConfigError,
+    ConfDirError, DelegateConfig, DelegateConfigError, DelegateKind, META_PLUGIN_TYPE, NadConfigError,
     delegate_config_from_nad, find_config_in_dir, inject_network_name,
 };
 pub use hwaddr::parse_hardware_addr;

@@ -7,8 +7,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
+
+use super::limit::ExecLimit;
 
 /// Why a plugin could not be found.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -56,6 +59,14 @@ pub enum ExecError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The node's bound on plugin processes at once stayed full for the whole timeout.
+    #[error("no free plugin slot within {waited:?} ({max} plugins at once on this node)")]
+    NoSlot {
+        /// How long it waited.
+        waited: Duration,
+        /// The bound.
+        max: usize,
+    },
     /// It ran longer than the timeout and was killed.
     #[error("timed out after {0:?}")]
     Timeout(Duration),
@@ -93,6 +104,10 @@ pub struct ProcessExec {
     /// Variables added to every plugin's environment (and so to the IPAM plugins it runs):
     /// how a delegated `weft-ipam` finds the node agent.
     pub extra_env: Vec<(String, String)>,
+    /// A bound on ADD plugin processes at once, shared with other executors (the node
+    /// agent's): a plugin waits for a slot at most `timeout`, then fails with
+    /// [`ExecError::NoSlot`]. Other commands are not bounded.
+    pub limit: Option<Arc<ExecLimit>>,
 }
 
 impl Default for ProcessExec {
@@ -101,6 +116,7 @@ impl Default for ProcessExec {
             timeout: Duration::from_secs(60),
             netns: None,
             extra_env: Vec::new(),
+            limit: None,
         }
     }
 }
@@ -153,6 +169,21 @@ impl PluginExec for ProcessExec {
                 });
             }
         }
+        // Held until the plugin is reaped (or killed). ADDs only: they are what burns CPU; a
+        // DEL mostly waits (on the kernel's RCU grace periods as its links go), and DELs run
+        // best all at once (measured: 8 pods' DELs at once took 2.05× as long through a bound of
+        // 2 as without one).
+        let is_add = env.iter().any(|(k, v)| k == "CNI_COMMAND" && v == "ADD");
+        let _slot =
+            match self.limit.as_ref().filter(|_| is_add) {
+                Some(limit) => Some(limit.acquire(Instant::now() + self.timeout).ok_or(
+                    ExecError::NoSlot {
+                        waited: self.timeout,
+                        max: limit.max(),
+                    },
+                )?),
+                None => None,
+            };
         let mut child = command.spawn().map_err(spawn_error)?;
         let started = Instant::now();
 

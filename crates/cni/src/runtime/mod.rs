@@ -9,6 +9,7 @@
 //! plugin wrote.
 
 pub mod exec;
+pub mod limit;
 pub mod plan;
 
 use std::collections::HashMap;
@@ -181,6 +182,12 @@ impl CniRuntime<ProcessExec> {
     /// Adds `vars` to every plugin's environment (inherited by the IPAM plugins it runs).
     pub fn with_env(mut self, vars: impl IntoIterator<Item = (String, String)>) -> Self {
         self.executor.extra_env.extend(vars);
+        self
+    }
+
+    /// Runs at most `limit`'s bound of plugins at once, counted with every runtime sharing it.
+    pub fn with_exec_limit(mut self, limit: Arc<limit::ExecLimit>) -> Self {
+        self.executor.limit = Some(limit);
         self
     }
 

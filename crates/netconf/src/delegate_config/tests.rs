@@ -38,6 +38,27 @@ fn bad_json_names_the_nad() {
 }
 
 #[test]
+fn a_nad_naming_the_meta_plugin_itself_is_refused_as_a_plugin_or_in_a_list() {
+    for config in [
+        r#"{"cniVersion":"1.0.0","type":"weft-cni","clusterNetwork":"x"}"#,
+        r#"{"cniVersion":"1.0.0","plugins":[{"type":"bridge"},{"type":"weft-cni"}]}"#,
+    ] {
+        let err = delegate_config_from_nad(&nad("tenant", "loop", config), "/d", &[]).unwrap_err();
+        assert_eq!(
+            err,
+            NadConfigError::MetaPlugin {
+                nad: "tenant/loop".into()
+            }
+        );
+        assert!(err.to_string().contains("tenant/loop"), "{err}");
+        assert!(err.to_string().contains("meta-plugin itself"), "{err}");
+    }
+    // Names that only look alike are plugins like any other.
+    let ok = r#"{"cniVersion":"1.0.0","type":"weft-cni-helper"}"#;
+    assert!(delegate_config_from_nad(&nad("tenant", "ok", ok), "/d", &[]).is_ok());
+}
+
+#[test]
 fn classification_errors_match_multus() {
     let err = DelegateConfig::parse(r#"{"_not_type":"weave-net"}"#).unwrap_err();
     assert!(

@@ -330,8 +330,9 @@ async fn execute<T: Send + 'static>(
     let search = agent.args.cni_bin_dirs.clone();
     let parallelism = agent.args.parallel_delegates;
     let env = agent.delegate_env();
+    let plugins = agent.plugins.clone();
     tokio::task::spawn_blocking(move || {
-        let cni = CniRuntime::new(search).with_env(env);
+        let cni = CniRuntime::new(search).with_env(env).with_exec_limit(plugins);
         let routes = NetnsRouteEditor;
         f(&Executor::new(&cni, &routes).with_parallelism(parallelism))
     })

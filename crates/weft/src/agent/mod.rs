@@ -51,6 +51,11 @@ pub struct AgentArgs {
     /// delegate depends on it (`weft_meta::schedule`; 1: one after another, as Multus).
     #[arg(long, default_value_t = 4)]
     pub parallel_delegates: usize,
+    /// How many delegate plugin processes run at once on this node, over all pods (a plugin
+    /// waits for a slot at most its timeout). Default: twice the cores, and never fewer than
+    /// one pod's `--parallel-delegates` plus its cluster network.
+    #[arg(long)]
+    pub max_plugins: Option<usize>,
     /// The `AddedInterface` Events of an ADD: `per-pod` (one Event naming every interface, in
     /// Multus' words: one API write per ADD) or `per-interface` (one per NIC, as Multus).
     #[arg(long, value_enum, default_value_t = pod_events::InterfaceEvents::PerPod)]
@@ -91,6 +96,15 @@ pub struct AgentArgs {
     pub no_guests: bool,
 }
 
+/// `--max-plugins`, or its default: twice the cores, and at least what one pod's ADD runs at
+/// once (its `--parallel-delegates` beside the cluster network), so a lone pod never waits.
+pub fn plugin_slots(args: &AgentArgs) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    args.max_plugins
+        .unwrap_or_else(|| (2 * cores).max(args.parallel_delegates + 1))
+        .max(1)
+}
+
 /// The agent's shared state.
 pub struct Agent {
     /// Options.
@@ -120,6 +134,8 @@ pub struct Agent {
     pub status_writes: Arc<status_writes::StatusWrites>,
     /// A DEL and a hot-plug pass of one sandbox do not overlap.
     pub sandboxes: records::Sandboxes,
+    /// The node-wide bound on delegate processes at once (`--max-plugins`).
+    pub plugins: Arc<weft_cni::runtime::limit::ExecLimit>,
 }
 
 impl Agent {
@@ -242,6 +258,7 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
         ),
         status_writes,
         sandboxes: Default::default(),
+        plugins: Arc::new(weft_cni::runtime::limit::ExecLimit::new(plugin_slots(&args))),
     });
     let server_state = Arc::new(server::ServerState {
         agent: agent.clone(),
