@@ -131,11 +131,18 @@ struct Agent {
     cache: PathBuf,
     /// The meta-plugin config a runtime passes to `weft-cni` for this agent.
     conf: Vec<u8>,
+    /// The prefix of the pods this agent attaches (see [`world::POD_SETS`]).
+    pods: String,
 }
 
 impl Agent {
     fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// This agent's copy of the bench pod `name`.
+    fn pod(&self, name: &str) -> String {
+        format!("{}{name}", self.pods)
     }
 }
 
@@ -336,7 +343,16 @@ fn main() -> Result<()> {
             iterations.min(pods / 2),
         )?;
     }
-    let mut concurrent_agents = vec![("shim → agent, 4 (default), embedded store", &a4)];
+    // The same without the node's bound on ADD plugins (64 is more than a burst runs), to show
+    // what the bound saves when the plugins alone saturate the cores.
+    let a4_unbounded = world.agent_with("a4u", 4, &["--max-plugins", "64"])?;
+    let mut concurrent_agents = vec![
+        ("shim → agent, 4 (default), embedded store", &a4),
+        (
+            "shim → agent, 4, `--max-plugins 64` (no node bound)",
+            &a4_unbounded,
+        ),
+    ];
     if let (Some(k4), Some(k4b)) = (&k4, &k4_before) {
         concurrent_agents.push(("Kubernetes API: shim → agent, 4", k4));
         concurrent_agents.push(("Kubernetes API: 4, `--network-status before-reply`", k4b));

@@ -135,8 +135,9 @@ pub fn run(world: &World, agents: &[(&str, &Agent)], iterations: usize) -> Resul
                 timing
             } else {
                 let agent = agents[variant - 1].1;
+                let env = world.env("ADD", &container, &pod_ns.path(), &agent.pod("bench"));
                 let add = world.shim_ok(agent, &env)?;
-                let del_env = world.env("DEL", &container, &pod_ns.path(), "bench");
+                let del_env = world.env("DEL", &container, &pod_ns.path(), &agent.pod("bench"));
                 let del = world.shim_ok(agent, &del_env)?;
                 Timing {
                     add,

@@ -75,6 +75,7 @@ pub fn run(world: &World, agents: &[(&str, &Agent)], rounds: usize) -> Result<()
                 })?
             } else {
                 let agent = agents[variant - 1].1;
+                let pod = |p: usize| agent.pod(&pod(p));
                 round(&|p, barrier| {
                     let env = world.env("ADD", &container(p), &netns[p].path(), &pod(p));
                     let add = world.shim_ok(agent, &env);

@@ -227,10 +227,19 @@ pub fn requests_per_pod(world: &World, agent: &Agent, audit: &Path, n: usize) ->
     let container = |i: usize| format!("mb{}rq{i}", std::process::id());
     let start = audit_mark(audit)?;
     for i in 0..n {
-        world.shim_ok(agent, &world.env("ADD", &container(i), &pod_ns.path(), "bench"))?;
-        world.shim_ok(agent, &world.env("CHECK", &container(i), &pod_ns.path(), "bench"))?;
+        world.shim_ok(
+            agent,
+            &world.env("ADD", &container(i), &pod_ns.path(), &agent.pod("bench")),
+        )?;
+        world.shim_ok(
+            agent,
+            &world.env("CHECK", &container(i), &pod_ns.path(), &agent.pod("bench")),
+        )?;
         let between = audit_mark(audit)?;
-        world.shim_ok(agent, &world.env("DEL", &container(i), &pod_ns.path(), "bench"))?;
+        world.shim_ok(
+            agent,
+            &world.env("DEL", &container(i), &pod_ns.path(), &agent.pod("bench")),
+        )?;
         let end = audit_mark(audit)?;
         if i == 0 {
             println!(

@@ -16,6 +16,12 @@ use crate::{
     Agent, BURST_WORKERS, NAMESPACE, Netns, PLUGIN_DIR, RSS_SECONDARIES, SECONDARIES, http_get, weft_binary,
 };
 
+/// The prefixes of the copies of the bench pods: the embedded store's agents share one set;
+/// each Kubernetes agent has its own, as each node's agent has its own pods on a cluster (pods
+/// shared by several agents would make their Event and network-status writes conflict, 409
+/// and a read more, which a cluster never does).
+pub const POD_SETS: [&str; 5] = ["", "k1-", "k4-", "k1b-", "k4b-"];
+
 /// Files, store objects and namespaces shared by every measurement.
 pub struct World {
     pub state: PathBuf,
@@ -93,9 +99,11 @@ impl World {
                 nad_name(n)
             );
         }
-        manifests += &pod_manifest("bench", SECONDARIES);
-        for p in 0..BURST_WORKERS {
-            manifests += &pod_manifest(&format!("burst-{p}"), SECONDARIES);
+        for set in POD_SETS {
+            manifests += &pod_manifest(&format!("{set}bench"), SECONDARIES);
+            for p in 0..BURST_WORKERS {
+                manifests += &pod_manifest(&format!("{set}burst-{p}"), SECONDARIES);
+            }
         }
         for p in 0..pods {
             manifests += &pod_manifest(&format!("rss-{p}"), RSS_SECONDARIES);
@@ -140,6 +148,13 @@ impl World {
     /// or `cache_dir`); waits for `/healthz`.
     pub fn agent(&self, tag: &str, parallel: usize, cache_dir: Option<&Path>) -> Result<Agent> {
         let agent = self.spawn_agent(tag, parallel, cache_dir, None, "warn", &[])?;
+        self.wait_healthy(tag, &agent)?;
+        Ok(agent)
+    }
+
+    /// [`World::agent`] with `extra` agent options.
+    pub fn agent_with(&self, tag: &str, parallel: usize, extra: &[&str]) -> Result<Agent> {
+        let agent = self.spawn_agent(tag, parallel, None, None, "warn", extra)?;
         self.wait_healthy(tag, &agent)?;
         Ok(agent)
     }
@@ -197,11 +212,17 @@ impl World {
             "clusterNetwork": self.cluster_file, "confDir": self.conf_dir,
             "daemonSocketDir": dir,
         });
+        // A Kubernetes agent's own pods are named after its tag (those in POD_SETS exist).
+        let pods = match kubeconfig {
+            Some(_) => format!("{tag}-"),
+            None => String::new(),
+        };
         Ok(Agent {
             child,
             socket,
             cache,
             conf: conf.to_string().into_bytes(),
+            pods,
         })
     }
 
