@@ -142,7 +142,13 @@ pub fn resolve_static_network(
         PathEntry::Dir(mut files) => {
             files.retain(|(f, _)| [".conf", ".conflist", ".json"].iter().any(|e| f.ends_with(e)));
             files.sort_by(|a, b| a.0.cmp(&b.0));
-            let Some((file, bytes)) = files.into_iter().next() else {
+            // The meta-plugin's own file (`00-weft.conflist`, first in the node's conf dir) is
+            // never the network a directory means: the first other file is.
+            let is_meta_plugin = |bytes: &[u8]| {
+                std::str::from_utf8(bytes)
+                    .is_ok_and(|t| matches!(DelegateConfig::parse(t), Err(DelegateConfigError::MetaPlugin)))
+            };
+            let Some((file, bytes)) = files.into_iter().find(|(_, bytes)| !is_meta_plugin(bytes)) else {
                 return Err(ResolveError::NotFound(value.into()));
             };
             (format!("{}/{file}", value.trim_end_matches('/')), bytes)

@@ -35,8 +35,10 @@ pub enum DelegateKind {
 }
 
 /// The meta-plugin's own plugin type (the `weft-cni` shim). A delegate of this type would
-/// hand the pod's ADD back to the agent that runs it, which would plan the same networks again:
-/// a NAD naming it is refused ([`NadConfigError::MetaPlugin`]).
+/// hand the pod's ADD back to the agent that runs it, which would plan the same networks again
+/// from within its own ADD: a configuration naming it is not a delegate
+/// ([`DelegateConfigError::MetaPlugin`]), whether a tenant's NAD, a conf-dir file, an inline
+/// delegate or an auxiliary chain.
 pub const META_PLUGIN_TYPE: &str = "weft-cni";
 
 /// Why a configuration cannot be used as a delegate (Multus's `LoadDelegateNetConf` texts).
@@ -68,6 +70,11 @@ pub enum DelegateConfigError {
         /// What it must be.
         expected: &'static str,
     },
+    /// A plugin of the configuration is the meta-plugin itself ([`META_PLUGIN_TYPE`]).
+    #[error(
+        "plugin type {META_PLUGIN_TYPE:?} is the meta-plugin itself (it would attach the pod's networks again, from within its own ADD); name the plugin to delegate to"
+    )]
+    MetaPlugin,
 }
 
 impl DelegateConfig {
@@ -100,6 +107,13 @@ impl DelegateConfig {
             }
             DelegateKind::List { plugin_types }
         };
+        let types: &[String] = match &kind {
+            DelegateKind::Plugin { plugin_type } => std::slice::from_ref(plugin_type),
+            DelegateKind::List { plugin_types } => plugin_types,
+        };
+        if types.iter().any(|t| t == META_PLUGIN_TYPE) {
+            return Err(DelegateConfigError::MetaPlugin);
+        }
         Ok(Self {
             text,
             name,
@@ -298,14 +312,6 @@ pub enum NadConfigError {
         /// The classification failure.
         source: DelegateConfigError,
     },
-    /// A plugin of the configuration is the meta-plugin itself.
-    #[error(
-        "NetworkAttachmentDefinition {nad}: plugin type {META_PLUGIN_TYPE:?} is the meta-plugin itself (it would attach the pod's networks again, from within its own ADD); name the plugin it should delegate to"
-    )]
-    MetaPlugin {
-        /// `<namespace>/<name>`.
-        nad: String,
-    },
 }
 
 /// Why a conf-dir lookup by network name failed (libcni/NAD-client texts).
@@ -460,18 +466,7 @@ pub fn delegate_config_from_nad(
             }
         })?
     };
-    let config = DelegateConfig::parse(text).map_err(|source| NadConfigError::Invalid {
-        nad: nad_ref.clone(),
-        source,
-    })?;
-    let types: &[String] = match config.kind() {
-        DelegateKind::Plugin { plugin_type } => std::slice::from_ref(plugin_type),
-        DelegateKind::List { plugin_types } => plugin_types,
-    };
-    if types.iter().any(|t| t == META_PLUGIN_TYPE) {
-        return Err(NadConfigError::MetaPlugin { nad: nad_ref });
-    }
-    Ok(config)
+    DelegateConfig::parse(text).map_err(|source| NadConfigError::Invalid { nad: nad_ref, source })
 }
 
 #[cfg(test)]

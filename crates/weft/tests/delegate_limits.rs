@@ -10,20 +10,26 @@ use std::path::Path;
 
 use common::*;
 
-/// A delegate that logs when each ADD and DEL starts and ends (nanoseconds), sleeps in between,
-/// and returns one interface. `LOG` is replaced by the log's path.
+/// A delegate that logs when each ADD and DEL starts and ends (nanoseconds, GNU date). An ADD
+/// sleeps in between and returns one interface; a DEL waits (at most 10 s) until three DELs have
+/// started, so DELs that may run at once are seen to, however slowly they start. `LOG` is
+/// replaced by the log's path.
 const TIMED_PLUGIN: &str = r#"#!/bin/sh
 cat > /dev/null
 case "$CNI_COMMAND" in
 VERSION)
   echo '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}' ;;
-ADD|DEL)
-  echo "$CNI_COMMAND $(date +%s%N) 1" >> LOG
+ADD)
+  echo "ADD $(date +%s%N) 1" >> LOG
   sleep 0.4
-  echo "$CNI_COMMAND $(date +%s%N) -1" >> LOG
-  if [ "$CNI_COMMAND" = ADD ]; then
-    printf '{"cniVersion":"1.0.0","interfaces":[{"name":"%s","sandbox":"%s"}]}\n' "$CNI_IFNAME" "$CNI_NETNS"
-  fi ;;
+  echo "ADD $(date +%s%N) -1" >> LOG
+  printf '{"cniVersion":"1.0.0","interfaces":[{"name":"%s","sandbox":"%s"}]}\n' "$CNI_IFNAME" "$CNI_NETNS" ;;
+DEL)
+  echo "DEL $(date +%s%N) 1" >> LOG
+  touch "LOG.del.$CNI_IFNAME"
+  i=0
+  while [ "$(ls LOG.del.* | wc -l)" -lt 3 ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done
+  echo "DEL $(date +%s%N) -1" >> LOG ;;
 esac
 exit 0
 "#;

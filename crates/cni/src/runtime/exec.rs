@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::limit::ExecLimit;
+use super::limit::{ExecLimit, Permit, SLOT_GRACE};
 
 /// Why a plugin could not be found.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -105,8 +105,9 @@ pub struct ProcessExec {
     /// how a delegated `weft-ipam` finds the node agent.
     pub extra_env: Vec<(String, String)>,
     /// A bound on ADD plugin processes at once, shared with other executors (the node
-    /// agent's): a plugin waits for a slot at most `timeout`, then fails with
-    /// [`ExecError::NoSlot`]. Other commands are not bounded.
+    /// agent's): a plugin waits for a slot (in arrival order) at most `timeout`, then fails with
+    /// [`ExecError::NoSlot`]; it holds the slot at most [`SLOT_GRACE`]. Other commands are not
+    /// bounded.
     pub limit: Option<Arc<ExecLimit>>,
 }
 
@@ -134,6 +135,9 @@ impl ProcessExec {
 /// Stdin up to this size fits in a pipe buffer (64 KiB on Linux), so writing it cannot block
 /// and needs no thread.
 const INLINE_STDIN: usize = 16 * 1024;
+
+/// How often a running plugin is looked at while its pipes stay silent.
+const CHECK_EXIT: Duration = Duration::from_millis(20);
 
 /// How long to wait for the output pipes to close after the plugin exited (a daemon it
 /// started may keep them open).
@@ -169,12 +173,12 @@ impl PluginExec for ProcessExec {
                 });
             }
         }
-        // Held until the plugin is reaped (or killed). ADDs only: they are what burns CPU; a
-        // DEL mostly waits (on the kernel's RCU grace periods as its links go), and DELs run
-        // best all at once (measured: 8 pods' DELs at once took 2.05× as long through a bound of
-        // 2 as without one).
+        // Held until the plugin is reaped (or killed), or for SLOT_GRACE: a plugin running longer
+        // is waiting, not burning CPU. ADDs only: they are what burns CPU; a DEL mostly waits
+        // (on the kernel's RCU grace periods as its links go), and DELs run best all at once
+        // (measured: 8 pods' DELs at once took 2.05× as long through a bound of 2 as without).
         let is_add = env.iter().any(|(k, v)| k == "CNI_COMMAND" && v == "ADD");
-        let _slot =
+        let mut slot =
             match self.limit.as_ref().filter(|_| is_add) {
                 Some(limit) => Some(limit.acquire(Instant::now() + self.timeout).ok_or(
                     ExecError::NoSlot {
@@ -200,9 +204,14 @@ impl PluginExec for ProcessExec {
         }
         let stdout_pipe = child.stdout.take().expect("stdout piped");
         let stderr_pipe = child.stderr.take().expect("stderr piped");
-        let Some((status, stdout, stderr)) =
-            drain(&mut child, stdout_pipe, stderr_pipe, started + self.timeout)
-        else {
+        let Some((status, stdout, stderr)) = drain(
+            &mut child,
+            stdout_pipe,
+            stderr_pipe,
+            started + self.timeout,
+            &mut slot,
+            started + SLOT_GRACE,
+        ) else {
             // Kill errors mean it already exited; either way we report the timeout.
             let _ = child.kill();
             let _ = child.wait();
@@ -224,16 +233,18 @@ impl PluginExec for ProcessExec {
 /// happens here, with poll(2): data a plugin wrote before exiting is always readable, so none
 /// of it is lost however loaded the machine is. When the child has exited but a process it
 /// left behind (a daemon) keeps a pipe open, the pipe counts as done once it stays silent for
-/// [`PIPE_GRACE`].
+/// [`PIPE_GRACE`]. `slot` (the plugin's [`Permit`], if it has one) is given back at
+/// `release_at` if the plugin still runs then (within [`CHECK_EXIT`]).
 fn drain(
     child: &mut Child,
     stdout: ChildStdout,
     stderr: ChildStderr,
     deadline: Instant,
+    slot: &mut Option<Permit<'_>>,
+    release_at: Instant,
 ) -> Option<(ExitStatus, Vec<u8>, Vec<u8>)> {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     use std::os::fd::AsFd;
-    const CHECK_EXIT: Duration = Duration::from_millis(20);
     let mut pipes: [File; 2] = [
         File::from(std::os::fd::OwnedFd::from(stdout)),
         File::from(std::os::fd::OwnedFd::from(stderr)),
@@ -244,6 +255,9 @@ fn drain(
     let mut chunk = vec![0u8; 64 * 1024];
     let mut reap_wait = Duration::from_micros(25);
     loop {
+        if slot.is_some() && Instant::now() >= release_at {
+            *slot = None;
+        }
         if status.is_none() {
             status = child.try_wait().ok().flatten();
         }
@@ -394,6 +408,52 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn an_add_waits_for_a_slot_which_a_long_running_plugin_gives_back_after_the_grace() {
+        let dir = tempfile::tempdir().unwrap();
+        let waiting = script(dir.path(), "waiting", "exec sleep 3");
+        let quick = script(dir.path(), "quick", "echo done");
+        let limit = Arc::new(ExecLimit::new(1));
+        let exec = ProcessExec {
+            limit: Some(limit.clone()),
+            ..ProcessExec::default()
+        };
+        let add = [("CNI_COMMAND".to_string(), "ADD".to_string())];
+        let del = [("CNI_COMMAND".to_string(), "DEL".to_string())];
+        std::thread::scope(|scope| {
+            let started = Instant::now();
+            scope.spawn(|| exec.exec(&waiting, &add, b"").unwrap());
+            while limit.running() == 0 {
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "the first ADD took its slot"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // A DEL does not wait for a slot.
+            let del_started = Instant::now();
+            assert_eq!(exec.exec(&quick, &del, b"").unwrap(), b"done\n");
+            assert!(del_started.elapsed() < SLOT_GRACE, "{:?}", del_started.elapsed());
+            // An ADD does, until the running plugin has had its grace (not until it ends).
+            assert_eq!(exec.exec(&quick, &add, b"").unwrap(), b"done\n");
+            let waited = started.elapsed();
+            assert!(waited >= SLOT_GRACE, "{waited:?}");
+            assert!(waited < Duration::from_millis(2900), "{waited:?}");
+        });
+        assert_eq!(limit.running(), 0);
+        // A full bound gives up at the plugin's timeout.
+        let held = limit.acquire(Instant::now()).unwrap();
+        let impatient = ProcessExec {
+            timeout: Duration::from_millis(50),
+            ..exec.clone()
+        };
+        assert!(matches!(
+            impatient.exec(&quick, &add, b""),
+            Err(ExecError::NoSlot { max: 1, .. })
+        ));
+        drop(held);
     }
 
     #[test]

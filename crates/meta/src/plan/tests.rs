@@ -142,6 +142,59 @@ fn bad_names_and_collisions_fail_before_anything_runs() {
 }
 
 #[test]
+fn the_meta_plugin_is_never_a_delegate_and_a_directory_skips_its_file() {
+    let weft = br#"{"cniVersion":"1.0.0","name":"multus-cni-network","plugins":[{"type":"weft-cni"}]}"#;
+    let cat = catalog()
+        .with_path(
+            "/etc/cni/net.d",
+            PathEntry::Dir(vec![
+                ("00-weft.conflist".into(), weft.to_vec()),
+                (
+                    "10-flannel.conflist".into(),
+                    br#"{"name":"cbr0","plugins":[{"type":"flannel"}]}"#.to_vec(),
+                ),
+            ]),
+        )
+        .with_path("/etc/cni/net.d/00-weft.conflist", PathEntry::File(weft.to_vec()))
+        .with_nad("t", "loop", r#"{"cniVersion":"1.0.0","type":"weft-cni"}"#);
+    // The node's conf dir as the cluster network: its first file is weft's own.
+    let plans = plan_add(
+        &config(json!({"clusterNetwork": "/etc/cni/net.d"})),
+        &request("t"),
+        None,
+        &cat,
+    )
+    .unwrap();
+    assert_eq!(plans[0].display_name, "cbr0");
+    // Named outright, as a file, an inline delegate or a tenant's NAD: refused, saying why.
+    let file = plan_add(
+        &config(json!({"clusterNetwork": "/etc/cni/net.d/00-weft.conflist"})),
+        &request("t"),
+        None,
+        &cat,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(file.contains("meta-plugin itself"), "{file}");
+    let inline = MetaConfig::parse(
+        json!({"cniVersion": "1.0.0", "name": "weft", "type": "weft-cni", "delegates": [{"type": "weft-cni"}]})
+            .to_string()
+            .as_bytes(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(inline.contains("meta-plugin itself"), "{inline}");
+    let p = pod("t", &[(NETWORKS_ANNOTATION, "loop")]);
+    let nad = plan_add(&config(json!({})), &request("t"), Some(&p), &cat)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        nad.contains("t/loop") && nad.contains("meta-plugin itself"),
+        "{nad}"
+    );
+}
+
+#[test]
 fn cluster_network_by_path() {
     let cat = catalog()
         .with_path(

@@ -46,10 +46,15 @@ fn a_nad_naming_the_meta_plugin_itself_is_refused_as_a_plugin_or_in_a_list() {
         let err = delegate_config_from_nad(&nad("tenant", "loop", config), "/d", &[]).unwrap_err();
         assert_eq!(
             err,
-            NadConfigError::MetaPlugin {
-                nad: "tenant/loop".into()
+            NadConfigError::Invalid {
+                nad: "tenant/loop".into(),
+                source: DelegateConfigError::MetaPlugin
             }
         );
+        assert!(matches!(
+            DelegateConfig::parse(config),
+            Err(DelegateConfigError::MetaPlugin)
+        ));
         assert!(err.to_string().contains("tenant/loop"), "{err}");
         assert!(err.to_string().contains("meta-plugin itself"), "{err}");
     }

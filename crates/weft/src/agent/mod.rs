@@ -51,9 +51,10 @@ pub struct AgentArgs {
     /// delegate depends on it (`weft_meta::schedule`; 1: one after another, as Multus).
     #[arg(long, default_value_t = 4)]
     pub parallel_delegates: usize,
-    /// How many delegate plugin processes run at once on this node, over all pods (a plugin
-    /// waits for a slot at most its timeout). Default: twice the cores, and never fewer than
-    /// one pod's `--parallel-delegates` plus its cluster network.
+    /// How many ADD plugin processes run at once on this node, over all pods: the rest wait
+    /// their turn, in order, at most a plugin's timeout; a plugin running longer than a second
+    /// gives its slot back (it is waiting, not burning CPU). DEL, CHECK, STATUS and GC are not
+    /// bounded. Default: twice the cores, and never fewer than `--parallel-delegates` + 1.
     #[arg(long)]
     pub max_plugins: Option<usize>,
     /// The `AddedInterface` Events of an ADD: `per-pod` (one Event naming every interface, in
@@ -96,8 +97,8 @@ pub struct AgentArgs {
     pub no_guests: bool,
 }
 
-/// `--max-plugins`, or its default: twice the cores, and at least what one pod's ADD runs at
-/// once (its `--parallel-delegates` beside the cluster network), so a lone pod never waits.
+/// `--max-plugins`, or its default: twice the cores, and more than one pod's ADD runs at once
+/// (`--parallel-delegates`), so a lone pod never waits and a second one can start beside it.
 pub fn plugin_slots(args: &AgentArgs) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     args.max_plugins
