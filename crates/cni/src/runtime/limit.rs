@@ -4,7 +4,7 @@
 //! rtnl lock, their own threads) when there are many more of them than cores. A node agent
 //! that runs every pod's delegates at once during a burst (a node boot, a scale-up) spends more
 //! CPU in total than one that lets a few at a time through: on the benchmark's 2 cores, 8 pods
-//! × 5 delegates at once took 1.14–1.23× the direct runner, 1.00–1.02× through a bound of 5.
+//! × 5 delegates at once took 1.06–1.23× the direct runner, 0.91–1.02× through a bound of 5.
 //!
 //! Slots are handed out in arrival order (a waiter is never overtaken by a later one), and the
 //! executor gives a slot back once its plugin has run [`SLOT_GRACE`]: a plugin still running
