@@ -141,6 +141,16 @@ fn bad_names_and_collisions_fail_before_anything_runs() {
     );
 }
 
+/// The plan of a pod-less ADD whose `clusterNetwork` is `value`.
+fn cluster_network_plan(cat: &MemoryCatalog, value: &str) -> Result<Vec<DelegatePlan>, PlanError> {
+    plan_add(
+        &config(json!({"clusterNetwork": value})),
+        &request("t"),
+        None,
+        cat,
+    )
+}
+
 #[test]
 fn the_meta_plugin_is_never_a_delegate_and_a_directory_skips_its_file() {
     let weft = br#"{"cniVersion":"1.0.0","name":"multus-cni-network","plugins":[{"type":"weft-cni"}]}"#;
@@ -158,23 +168,12 @@ fn the_meta_plugin_is_never_a_delegate_and_a_directory_skips_its_file() {
         .with_path("/etc/cni/net.d/00-weft.conflist", PathEntry::File(weft.to_vec()))
         .with_nad("t", "loop", r#"{"cniVersion":"1.0.0","type":"weft-cni"}"#);
     // The node's conf dir as the cluster network: its first file is weft's own.
-    let plans = plan_add(
-        &config(json!({"clusterNetwork": "/etc/cni/net.d"})),
-        &request("t"),
-        None,
-        &cat,
-    )
-    .unwrap();
+    let plans = cluster_network_plan(&cat, "/etc/cni/net.d").unwrap();
     assert_eq!(plans[0].display_name, "cbr0");
     // Named outright, as a file, an inline delegate or a tenant's NAD: refused, saying why.
-    let file = plan_add(
-        &config(json!({"clusterNetwork": "/etc/cni/net.d/00-weft.conflist"})),
-        &request("t"),
-        None,
-        &cat,
-    )
-    .unwrap_err()
-    .to_string();
+    let file = cluster_network_plan(&cat, "/etc/cni/net.d/00-weft.conflist")
+        .unwrap_err()
+        .to_string();
     assert!(file.contains("meta-plugin itself"), "{file}");
     let inline = MetaConfig::parse(
         json!({"cniVersion": "1.0.0", "name": "weft", "type": "weft-cni", "delegates": [{"type": "weft-cni"}]})
@@ -211,34 +210,16 @@ fn cluster_network_by_path() {
             "/etc/cni/net.d/bad.conf",
             PathEntry::File(br#"{"name":"x"}"#.to_vec()),
         );
-    let plans = plan_add(
-        &config(json!({"clusterNetwork": "/etc/cni/net.d"})),
-        &request("t"),
-        None,
-        &cat,
-    )
-    .unwrap();
+    let plans = cluster_network_plan(&cat, "/etc/cni/net.d").unwrap();
     assert_eq!(plans[0].display_name, "cbr0");
-    let err = plan_add(
-        &config(json!({"clusterNetwork": "/etc/cni/net.d/bad.conf"})),
-        &request("t"),
-        None,
-        &cat,
-    )
-    .unwrap_err()
-    .to_string();
+    let err = cluster_network_plan(&cat, "/etc/cni/net.d/bad.conf")
+        .unwrap_err()
+        .to_string();
     assert!(
         err.ends_with("no 'type'; perhaps this is supposed to be a .conflist?"),
         "{err}"
     );
-    let err = plan_add(
-        &config(json!({"clusterNetwork": "nope"})),
-        &request("t"),
-        None,
-        &cat,
-    )
-    .unwrap_err()
-    .to_string();
+    let err = cluster_network_plan(&cat, "nope").unwrap_err().to_string();
     assert_eq!(
         err,
         "GetDefaultNetworks: failed to get clusterNetwork nope in namespace kube-system: getNetDelegate: cannot find network: nope"
