@@ -1099,3 +1099,72 @@ fn add_and_del_from_the_caches(cluster: &FakeCluster, agent: &KubeAgent, pod_ns:
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A network-status write the API server refuses for good (here 403: the role lost
+/// `pods/status`) is retried with backoff, and after three failures a `NetworkStatusNotWritten`
+/// Warning on the pod says why, once per streak, not once per retry; the ADD itself succeeded.
+#[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
+fn a_refused_network_status_write_becomes_one_warning_event_on_the_pod() {
+    if !root_or_skip("a_refused_network_status_write_becomes_one_warning_event_on_the_pod") {
+        return;
+    }
+    let node = Netns::new("akr-node");
+    let cluster = FakeCluster::start(&node);
+    let agent = KubeAgent::start(&node, &cluster);
+    let pod_ns = Netns::new("akr-pod");
+    bridge_nad(&cluster, &agent, "rf", "192.168.86.0/24");
+    cluster.create(
+        &pods(),
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "refused", "namespace": "default",
+                            "annotations": {"k8s.v1.cni.cncf.io/networks": "rf"}},
+               "spec": {"nodeName": "n1"}}),
+    );
+    add_and_del_from_the_caches(&cluster, &agent, &pod_ns, "refused");
+
+    // The weft-node role without pods/status: every write is a 403 from now on.
+    let mut role = deploy_role("weft-node");
+    for rule in &mut role.0 {
+        rule.resources.retain(|r| r != "pods/status");
+    }
+    role.0.retain(|rule| !rule.resources.is_empty());
+    cluster.api.grant(NODE_TOKEN, NODE_USER, role);
+    let add = agent.shim("ADD", &pod_ns, "default", "refused");
+    assert!(add.status.success(), "ADD: {}\n{}", text(&add), agent.log());
+    let warnings = || -> Vec<Object> {
+        pod_events(&cluster, "refused")
+            .into_iter()
+            .filter(|e| e.data["reason"] == "NetworkStatusNotWritten")
+            .collect()
+    };
+    // Failures at about 0, 0.5 and 1.5 s after the ADD: the Warning comes with the third.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while warnings().is_empty() {
+        assert!(Instant::now() < deadline, "no Warning:\n{}", agent.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (_, failures) = status_metrics(&agent);
+    assert!(failures >= 3, "{failures} failed attempts before the Warning");
+    // Two more failures (after 2 s and 4 s of backoff): still one Warning, seen once.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while status_metrics(&agent).1 < failures + 2 {
+        assert!(Instant::now() < deadline, "no more retries:\n{}", agent.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let warning = warnings();
+    assert_eq!(warning.len(), 1, "{warning:?}");
+    assert_eq!(warning[0].data["type"], "Warning");
+    assert_eq!(warning[0].data["count"], 1, "{:?}", warning[0].data);
+    let message = warning[0].data["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("network-status") && message.contains("forbidden"),
+        "{message}"
+    );
+    assert_eq!(status_metrics(&agent).0, 1, "the value still waits to be written");
+    // The DEL drops the waiting value: nothing pending any more.
+    let del = agent.shim("DEL", &pod_ns, "default", "refused");
+    assert!(del.status.success(), "DEL: {}", text(&del));
+    assert_eq!(pod_ns.links(), ["lo"]);
+    agent.wait_status_written();
+}

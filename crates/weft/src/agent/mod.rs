@@ -231,13 +231,21 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
     // Events are written through the API server directly (no watch cache holds them).
     let ipam_store_for_events = ipam_store.clone();
     let metrics = Metrics::default();
-    let status_writes = Arc::new(status_writes::StatusWrites::new(
-        store.clone(),
-        ipam_store.clone(),
-        args.cache_dir.clone(),
-        metrics.status_pending.clone(),
-        metrics.status_write_failures.clone(),
-    ));
+    let events = crate::event_recorder::Recorder::new(
+        ipam_store_for_events,
+        crate::cluster::Component::Node.name(),
+        crate::event_recorder::Limits::default(),
+    );
+    let status_writes = Arc::new(
+        status_writes::StatusWrites::new(
+            store.clone(),
+            ipam_store.clone(),
+            args.cache_dir.clone(),
+            metrics.status_pending.clone(),
+            metrics.status_write_failures.clone(),
+        )
+        .with_events(events.clone()),
+    );
     let agent = Arc::new(Agent {
         args: args.clone(),
         state_dir: state.to_path_buf(),
@@ -247,11 +255,7 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
         daemon_config,
         metrics,
         journal: journal::ReleaseJournal::open(state),
-        events: crate::event_recorder::Recorder::new(
-            ipam_store_for_events,
-            crate::cluster::Component::Node.name(),
-            crate::event_recorder::Limits::default(),
-        ),
+        events,
         ipam_held: weft_ipam::HeldCache::default(),
         status_write: status_writes::StatusWrite::resolve(
             args.network_status,

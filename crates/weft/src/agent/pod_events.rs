@@ -18,6 +18,9 @@ pub const ADDED_INTERFACE: &str = "AddedInterface";
 pub const FAILED_ADD_INTERFACE: &str = "FailedAddInterface";
 /// The reason of a failed hot-plug/unplug's Event (each retry of the backoff is one occurrence).
 pub const FAILED_HOTPLUG: &str = "FailedHotplugInterface";
+/// The reason of the Warning recorded when an ADD's network-status write keeps failing (weft's
+/// own: Multus fails the ADD instead).
+pub const NETWORK_STATUS_NOT_WRITTEN: &str = "NetworkStatusNotWritten";
 
 fn pod_reference(namespace: &str, name: &str) -> ObjectReference {
     ObjectReference {
@@ -112,6 +115,22 @@ pub fn add_failed(agent: &Agent, request: &AttachmentRequest, error: &CniError) 
 pub fn hotplug_failed(agent: &Agent, namespace: &str, name: &str, message: &str) {
     let pod = pod_reference(namespace, name);
     agent.events.record(&pod, WARNING, FAILED_HOTPLUG, message);
+}
+
+/// A `NetworkStatusNotWritten` Warning: the network-status an ADD left to write failed
+/// `failures` times (still retried with backoff); `error` is the last failure.
+pub fn status_not_written(
+    events: &crate::event_recorder::Recorder,
+    namespace: &str,
+    name: &str,
+    failures: u32,
+    error: &str,
+) {
+    let pod = pod_reference(namespace, name);
+    let message = format!(
+        "the pod's network-status annotation could not be written ({failures} attempts, still retried with backoff): {error}"
+    );
+    events.record(&pod, WARNING, NETWORK_STATUS_NOT_WRITTEN, &message);
 }
 
 #[cfg(test)]

@@ -66,6 +66,12 @@ const BACKOFF: Backoff = Backoff {
 /// the pod's lock for the client's own, much longer, timeout).
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// After this many failed attempts in a row (about 3.5 s of backoff) a writer records a
+/// `NetworkStatusNotWritten` Warning on the pod, once per streak: a write the API server
+/// refuses for good (403 without `pods/status`, 422 for an annotation over the size limit)
+/// is then visible on the pod (`kubectl describe`), not only in the agent's log.
+pub const EVENT_AFTER_FAILURES: u32 = 3;
+
 /// A pod (namespace, name).
 type PodKey = (String, String);
 
@@ -92,6 +98,8 @@ pub struct StatusWrites {
     log: Mutex<LogThrottle>,
     pending: Gauge,
     failures: Counter,
+    /// Where a write that keeps failing is made visible on its pod (none in unit tests).
+    events: Option<crate::event_recorder::Recorder>,
 }
 
 /// What one look at a sandbox's record came to.
@@ -100,8 +108,8 @@ enum Attempt {
     Written,
     /// Nothing to write (any more): dropped, the pod is gone, or the record is gone.
     Done,
-    /// The value is still to write: this failed.
-    Failed(String),
+    /// The value for pod `.1` is still to write: this failed.
+    Failed(String, PodKey),
 }
 
 impl StatusWrites {
@@ -125,7 +133,14 @@ impl StatusWrites {
             log: Mutex::new(LogThrottle::default()),
             pending,
             failures,
+            events: None,
         }
+    }
+
+    /// Record a Warning on a pod whose write keeps failing ([`EVENT_AFTER_FAILURES`]).
+    pub fn with_events(mut self, events: crate::event_recorder::Recorder) -> Self {
+        self.events = Some(events);
+        self
     }
 
     /// An ADD of sandbox `container_id` for pod `namespace`/`name` left a value in its record:
@@ -197,10 +212,17 @@ impl StatusWrites {
                         failures = 0;
                         break;
                     }
-                    Attempt::Failed(error) => {
+                    Attempt::Failed(error, (namespace, name)) => {
                         failures += 1;
                         self.failures.inc();
                         self.log_failure(&container, failures, &error);
+                        if failures == EVENT_AFTER_FAILURES
+                            && let Some(events) = &self.events
+                        {
+                            super::pod_events::status_not_written(
+                                events, &namespace, &name, failures, &error,
+                            );
+                        }
                         tokio::select! {
                             _ = tokio::time::sleep(BACKOFF.delay(failures)) => {}
                             _ = wake.notified() => {}
@@ -252,17 +274,21 @@ impl StatusWrites {
             .cloned();
         if latest.is_some_and(|latest| latest != container) {
             // A later sandbox of the pod: its value is the pod's, this one is not written.
-            return self.cleared(container, value, Attempt::Done).await;
+            return self
+                .cleared(container, value, Attempt::Done, (namespace, name))
+                .await;
         }
         let uid = Some(record.k8s.pod_uid.as_str()).filter(|uid| !uid.is_empty());
         let write = write_status(&self.store, &self.api, &namespace, &name, &value, uid);
-        match tokio::time::timeout(WRITE_TIMEOUT, write).await {
-            Ok(Ok(true)) => self.cleared(container, value, Attempt::Written).await,
+        let outcome = tokio::time::timeout(WRITE_TIMEOUT, write).await;
+        let pod = (namespace, name);
+        match outcome {
+            Ok(Ok(true)) => self.cleared(container, value, Attempt::Written, pod).await,
             // The pod is gone, or the name is another pod's now: nothing to write.
-            Ok(Ok(false)) => self.cleared(container, value, Attempt::Done).await,
-            Ok(Err(e)) if e.is_not_found() => self.cleared(container, value, Attempt::Done).await,
-            Ok(Err(e)) => Attempt::Failed(e.to_string()),
-            Err(_) => Attempt::Failed(format!("no answer in {WRITE_TIMEOUT:?}")),
+            Ok(Ok(false)) => self.cleared(container, value, Attempt::Done, pod).await,
+            Ok(Err(e)) if e.is_not_found() => self.cleared(container, value, Attempt::Done, pod).await,
+            Ok(Err(e)) => Attempt::Failed(e.to_string(), pod),
+            Err(_) => Attempt::Failed(format!("no answer in {WRITE_TIMEOUT:?}"), pod),
         }
     }
 
@@ -278,16 +304,17 @@ impl StatusWrites {
     /// Mark `value` no longer pending in `container`'s record; then `outcome`. A record that
     /// cannot be updated keeps the value: a failure, retried with backoff (the next write of
     /// an annotation that holds the value already is no request).
-    async fn cleared(&self, container: &str, value: String, outcome: Attempt) -> Attempt {
+    async fn cleared(&self, container: &str, value: String, outcome: Attempt, pod: PodKey) -> Attempt {
         let (dir, id) = (self.cache_dir.clone(), container.to_string());
         let cleared =
             crate::sys::blocking(move || super::records::clear_pending_status(&dir, &id, &value)).await;
         match cleared {
             Ok(Ok(())) => outcome,
-            Ok(Err(e)) => Attempt::Failed(format!(
-                "written, but the attachment record cannot be updated: {e}"
-            )),
-            Err(e) => Attempt::Failed(format!("{e:#}")),
+            Ok(Err(e)) => Attempt::Failed(
+                format!("written, but the attachment record cannot be updated: {e}"),
+                pod,
+            ),
+            Err(e) => Attempt::Failed(format!("{e:#}"), pod),
         }
     }
 
@@ -404,7 +431,7 @@ pub async fn resume(writes: Arc<StatusWrites>, synced: tokio::sync::watch::Recei
             writes.start(&container, Some(synced.clone()));
             taken_up += 1;
         } else {
-            let _ = writes.cleared(&container, value, Attempt::Done).await;
+            let _ = writes.cleared(&container, value, Attempt::Done, pod).await;
         }
     }
     tracing::info!(
