@@ -61,6 +61,9 @@ pub enum ExecutorError {
         /// The delegates (plan index, ADD result) this ADD attached whose rollback DEL failed:
         /// still held, for the runtime's DEL to retry.
         held: Vec<(usize, CniResult)>,
+        /// The failed delegate never ran: the node's bound on plugins at once stayed full
+        /// (`ExecError::NoSlot`). A retry may well succeed: CNI code 11, not 100.
+        no_slot: bool,
     },
     /// Some delegates failed DEL or CHECK; every delegate was attempted.
     #[error("errors: {}", .0.iter().map(|(n, e)| format!("{n}: {e}")).collect::<Vec<_>>().join(" / "))]
@@ -68,10 +71,31 @@ pub enum ExecutorError {
 }
 
 impl ExecutorError {
-    /// The CNI error for the runtime (code 100, delegate failed; the message names the
-    /// network(s)).
+    /// The CNI error for the runtime (code 100, delegate failed; 11, try again later, when a
+    /// delegate found no free plugin slot; the message names the network(s)).
     pub fn to_cni_error(&self) -> weft_cni::CniError {
-        weft_cni::CniError::new(weft_cni::codes::DELEGATE_FAILED, self.to_string())
+        let code = match self {
+            Self::Add { no_slot: true, .. } => weft_cni::codes::TRY_AGAIN_LATER,
+            _ => weft_cni::codes::DELEGATE_FAILED,
+        };
+        weft_cni::CniError::new(code, self.to_string())
+    }
+}
+
+/// Why one delegate's ADD failed.
+#[derive(Debug)]
+struct AddFailure {
+    message: String,
+    /// It never ran: no free plugin slot.
+    no_slot: bool,
+}
+
+impl From<String> for AddFailure {
+    fn from(message: String) -> Self {
+        Self {
+            message,
+            no_slot: false,
+        }
     }
 }
 
@@ -157,7 +181,7 @@ impl<'a, E: PluginExec> Executor<'a, E> {
         request: &AttachmentRequest,
         plans: &[DelegatePlan],
     ) -> Result<AddOutcome, ExecutorError> {
-        let slots: Vec<Mutex<Option<Result<CniResult, String>>>> =
+        let slots: Vec<Mutex<Option<Result<CniResult, AddFailure>>>> =
             plans.iter().map(|_| Mutex::new(None)).collect();
         let failed = AtomicBool::new(false);
         let run = |i: usize| {
@@ -198,7 +222,7 @@ impl<'a, E: PluginExec> Executor<'a, E> {
                 }
             });
         }
-        let outcomes: Vec<Option<Result<CniResult, String>>> = slots
+        let outcomes: Vec<Option<Result<CniResult, AddFailure>>> = slots
             .into_iter()
             .map(|s| s.into_inner().expect("slot lock"))
             .collect();
@@ -223,10 +247,11 @@ impl<'a, E: PluginExec> Executor<'a, E> {
                 }
             }
             return Err(ExecutorError::Add {
-                message: add_failure_message(&request.k8s, &plans[failed_index], error),
+                message: add_failure_message(&request.k8s, &plans[failed_index], &error.message),
                 failed: failed_index,
                 rollback_errors,
                 held,
+                no_slot: error.no_slot,
             });
         }
         let results: Vec<CniResult> = outcomes
@@ -365,19 +390,30 @@ impl<'a, E: PluginExec> Executor<'a, E> {
         }
     }
 
-    fn add_one(&self, request: &AttachmentRequest, plan: &DelegatePlan) -> Result<CniResult, String> {
-        let delegate = delegate_of(plan)?;
+    fn add_one(&self, request: &AttachmentRequest, plan: &DelegatePlan) -> Result<CniResult, AddFailure> {
+        let delegate = delegate_of(plan).map_err(AddFailure::from)?;
         if let Some(device) = &plan.device {
             // Best effort, as Multus: the device plugin may not write device-info at all.
             let _ = copy_device_info(device);
         }
         let result = delegate
             .add(self.cni, &runtime_conf(request, plan, plan.add_cni_args()))
-            .map_err(|e: DelegateError| e.to_string())?;
+            .map_err(|e: DelegateError| AddFailure {
+                no_slot: matches!(
+                    e,
+                    DelegateError::Exec {
+                        source: weft_cni::runtime::exec::ExecError::NoSlot { .. },
+                        ..
+                    }
+                ),
+                message: e.to_string(),
+            })?;
         let touched = !result.interfaces.is_empty() || !result.ips.is_empty();
         match &plan.default_route.action {
             Some(action) if touched => {
-                self.routes.apply(&request.netns, &plan.ifname, action)?;
+                self.routes
+                    .apply(&request.netns, &plan.ifname, action)
+                    .map_err(AddFailure::from)?;
                 Ok(apply_route_action(&result, action))
             }
             _ => Ok(result),

@@ -36,6 +36,12 @@ impl PluginExec for FakeExec {
             .unwrap()
             .push((command.clone(), plugin.clone(), ifname.clone()));
         let config: Value = serde_json::from_slice(stdin).unwrap();
+        if command == "ADD" && plugin.starts_with("busy") {
+            return Err(ExecError::NoSlot {
+                waited: std::time::Duration::from_secs(60),
+                max: 4,
+            });
+        }
         if command == "ADD" && plugin.starts_with("fail") {
             return Err(ExecError::Failed {
                 status: ExitStatus::from_raw(256),
@@ -83,6 +89,7 @@ fn plans(annotation: &str) -> (AttachmentRequest, Vec<DelegatePlan>) {
         );
     }
     catalog = catalog.with_nad("ns", "bad", r#"{"cniVersion":"1.0.0","type":"fail-plugin"}"#);
+    catalog = catalog.with_nad("ns", "busy", r#"{"cniVersion":"1.0.0","type":"busy-plugin"}"#);
     catalog = catalog.with_nad(
         "ns",
         "dhcp",
@@ -182,6 +189,42 @@ fn failure_rolls_back_what_was_attached_in_reverse_not_the_failed_one() {
             "DEL ptp eth0"
         ]
     );
+}
+
+#[test]
+fn a_delegate_without_a_plugin_slot_fails_the_add_as_retriable_and_rolls_back() {
+    let (request, plans) = plans("a,busy");
+    let cni = runtime(FakeExec::default());
+    let err = Executor::new(&cni, &NoRouteEditor)
+        .add(&request, &plans)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ExecutorError::Add {
+                no_slot: true,
+                failed: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let cni_error = err.to_cni_error();
+    assert_eq!(cni_error.code, weft_cni::codes::TRY_AGAIN_LATER);
+    assert!(cni_error.msg.contains("no free plugin slot"), "{}", cni_error.msg);
+    let calls = cni.executor().calls.lock().unwrap().clone();
+    let dels: Vec<&str> = calls
+        .iter()
+        .filter(|c| c.0 == "DEL")
+        .map(|c| c.1.as_str())
+        .collect();
+    assert_eq!(dels, ["a-plugin", "ptp"], "what was attached is rolled back");
+    // Any other failure stays "delegate failed".
+    let (request, bad) = self::plans("bad");
+    let err = Executor::new(&cni, &NoRouteEditor)
+        .add(&request, &bad)
+        .unwrap_err();
+    assert_eq!(err.to_cni_error().code, weft_cni::codes::DELEGATE_FAILED);
 }
 
 #[test]
