@@ -61,8 +61,9 @@ pub enum ExecutorError {
         /// The delegates (plan index, ADD result) this ADD attached whose rollback DEL failed:
         /// still held, for the runtime's DEL to retry.
         held: Vec<(usize, CniResult)>,
-        /// The failed delegate never ran: the node's bound on plugins at once stayed full
-        /// (`ExecError::NoSlot`). A retry may well succeed: CNI code 11, not 100.
+        /// Every delegate that failed found no free plugin slot (`ExecError::NoSlot`: the
+        /// node's bound on plugins at once stayed full). A retry may well succeed: CNI code 11,
+        /// not 100.
         no_slot: bool,
     },
     /// Some delegates failed DEL or CHECK; every delegate was attempted.
@@ -251,7 +252,8 @@ impl<'a, E: PluginExec> Executor<'a, E> {
                 failed: failed_index,
                 rollback_errors,
                 held,
-                no_slot: error.no_slot,
+                // Retriable only if no delegate failed for another reason.
+                no_slot: outcomes.iter().all(|o| !matches!(o, Some(Err(f)) if !f.no_slot)),
             });
         }
         let results: Vec<CniResult> = outcomes

@@ -1,6 +1,7 @@
 //! The Events the agent records about pods, as Multus writes them: `AddedInterface` (Normal) per
 //! attachment of an ADD, `FailedAddInterface` (Warning) when an ADD fails, and
-//! `FailedHotplugInterface` (Warning) when following a pod's networks annotation fails. Through the
+//! `FailedHotplugInterface` (Warning) when following a pod's networks annotation fails, and weft's
+//! own `NetworkStatusNotWritten` (Warning) when an ADD's network-status write keeps failing. Through the
 //! agent's [`Recorder`](crate::event_recorder::Recorder): on Kubernetes they are core/v1 Events
 //! in the API server, aggregated and rate limited; on the local cluster, objects of its store.
 

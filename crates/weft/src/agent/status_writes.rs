@@ -66,7 +66,7 @@ const BACKOFF: Backoff = Backoff {
 /// the pod's lock for the client's own, much longer, timeout).
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// After this many failed attempts in a row (about 3.5 s of backoff) a writer records a
+/// After this many failed attempts in a row (the third comes 1.5 s after the first) a writer records a
 /// `NetworkStatusNotWritten` Warning on the pod, once per streak: a write the API server
 /// refuses for good (403 without `pods/status`, 422 for an annotation over the size limit)
 /// is then visible on the pod (`kubectl describe`), not only in the agent's log.
