@@ -87,7 +87,7 @@ impl ExecutorError {
 #[derive(Debug)]
 struct AddFailure {
     message: String,
-    /// It never ran: no free plugin slot.
+    /// A plugin of it found no free plugin slot (for a conflist, maybe after earlier ones ran).
     no_slot: bool,
 }
 

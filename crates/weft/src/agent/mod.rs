@@ -99,10 +99,9 @@ pub struct AgentArgs {
 
 /// `--max-plugins`, or its default: twice the cores, and more than one pod's ADD runs at once
 /// (`--parallel-delegates`), so a lone pod never waits and a second one can start beside it.
-pub fn plugin_slots(args: &AgentArgs) -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    args.max_plugins
-        .unwrap_or_else(|| (2 * cores).max(args.parallel_delegates + 1))
+pub fn plugin_slots(max_plugins: Option<usize>, parallel_delegates: usize, cores: usize) -> usize {
+    max_plugins
+        .unwrap_or_else(|| (2 * cores).max(parallel_delegates + 1))
         .max(1)
 }
 
@@ -135,7 +134,7 @@ pub struct Agent {
     pub status_writes: Arc<status_writes::StatusWrites>,
     /// A DEL and a hot-plug pass of one sandbox do not overlap.
     pub sandboxes: records::Sandboxes,
-    /// The node-wide bound on delegate processes at once (`--max-plugins`).
+    /// The node-wide bound on ADD plugin processes at once (`--max-plugins`).
     pub plugins: Arc<weft_cni::runtime::limit::ExecLimit>,
 }
 
@@ -263,7 +262,11 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
         ),
         status_writes,
         sandboxes: Default::default(),
-        plugins: Arc::new(weft_cni::runtime::limit::ExecLimit::new(plugin_slots(&args))),
+        plugins: Arc::new(weft_cni::runtime::limit::ExecLimit::new(plugin_slots(
+            args.max_plugins,
+            args.parallel_delegates,
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+        ))),
     });
     let server_state = Arc::new(server::ServerState {
         agent: agent.clone(),
@@ -335,4 +338,16 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
     }
     server::serve(&args.socket, server_state, stop_rx).await?;
     Ok(0)
+}
+
+#[cfg(test)]
+mod plugin_slot_tests {
+    #[test]
+    fn the_default_is_twice_the_cores_and_more_than_one_pods_adds() {
+        assert_eq!(super::plugin_slots(None, 4, 2), 5);
+        assert_eq!(super::plugin_slots(None, 4, 16), 32);
+        assert_eq!(super::plugin_slots(None, 1, 1), 2);
+        assert_eq!(super::plugin_slots(Some(3), 4, 16), 3);
+        assert_eq!(super::plugin_slots(Some(0), 4, 16), 1);
+    }
 }
