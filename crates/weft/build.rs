@@ -4,8 +4,8 @@
 //!    the name `weft-cni`. As a PIE, every start has the dynamic loader apply ~30,000 relative
 //!    relocations and copy-on-write ~120 pages of `.data.rel.ro` before `main`; linked without
 //!    PIE the linker resolves them once, at build time.
-//! 2. Compile `weft-ipam` (crates/ipam-client) as a statically linked executable, which the
-//!    weft binary carries and installs (`weft install-cni`). Cargo cannot link one target of a
+//! 2. Compile `weft-cni` and `weft-ipam` (crates/plugin-client) as statically linked
+//!    executables, which the weft binary carries and installs (`weft install-cni`). Cargo cannot link one target of a
 //!    workspace statically (`crt-static` in RUSTFLAGS would apply to proc-macros too), so this
 //!    calls `rustc` itself, with the same compiler and target. Without a static C library on
 //!    the machine it falls back to a dynamic link, with a warning.
@@ -21,15 +21,15 @@ fn main() {
     }
     println!("cargo:rerun-if-changed=build.rs");
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
-    let client = manifest.join("../ipam-client/src");
+    let client = manifest.join("../plugin-client/src");
     println!("cargo:rerun-if-changed={}", client.display());
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("set by cargo"));
     if build_client(&client, &out, true).is_err() {
         println!(
-            "cargo:warning=weft-ipam: no static link possible here (is libc6-dev installed?); linking it dynamically"
+            "cargo:warning=weft-cni, weft-ipam: no static link possible here (is libc6-dev installed?); linking them dynamically"
         );
         if let Err(error) = build_client(&client, &out, false) {
-            panic!("cannot compile weft-ipam: {error}");
+            panic!("cannot compile weft-cni and weft-ipam: {error}");
         }
     }
 }
@@ -53,24 +53,24 @@ fn build_client(src: &Path, out: &Path, statically: bool) -> Result<(), String> 
         common.push("-Ctarget-feature=+crt-static".into());
         common.push("-Crelocation-model=static".into());
     }
-    let lib = out.join("libweft_ipam_client.rlib");
+    let lib = out.join("libweft_plugin_client.rlib");
     run(Command::new(&rustc)
         .args(&common)
-        .args(["--crate-type=rlib", "--crate-name=weft_ipam_client", "-o"])
+        .args(["--crate-type=rlib", "--crate-name=weft_plugin_client", "-o"])
         .arg(&lib)
         .arg(src.join("lib.rs")))?;
-    run(Command::new(&rustc)
-        .args(&common)
-        .args([
-            "--crate-type=bin",
-            "--crate-name=weft_ipam",
-            "-Cstrip=symbols",
-            "--extern",
-        ])
-        .arg(format!("weft_ipam_client={}", lib.display()))
-        .arg("-o")
-        .arg(out.join("weft-ipam"))
-        .arg(src.join("main.rs")))
+    for (main, name) in [("main.rs", "weft-ipam"), ("shim_main.rs", "weft-cni")] {
+        run(Command::new(&rustc)
+            .args(&common)
+            .args(["--crate-type=bin", "-Cstrip=symbols", "--extern"])
+            .arg(format!("weft_plugin_client={}", lib.display()))
+            .arg("--crate-name")
+            .arg(name.replace('-', "_"))
+            .arg("-o")
+            .arg(out.join(name))
+            .arg(src.join(main)))?;
+    }
+    Ok(())
 }
 
 fn run(command: &mut Command) -> Result<(), String> {

@@ -1,12 +1,12 @@
 //! What the node agent reads back from disk and from its socket on the IPAM path: the release
 //! journal (`weft_ipam::journal::decode_journal`, a file that may be torn or foreign) and each
-//! call in it, in the installed `weft-ipam`'s wire format (`weft_ipam_client::wire::decode_call`).
+//! call in it, in the installed `weft-ipam`'s wire format (`weft_plugin_client::wire::decode_call`).
 //! No input panics; what decodes re-encodes to the same calls.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use weft_ipam::journal;
-use weft_ipam_client::wire;
+use weft_plugin_client::wire;
 
 fuzz_target!(|data: &[u8]| {
     let (calls, _skipped) = journal::decode_journal(data);

@@ -5,7 +5,7 @@
 //! decisions around it; the agent owns the file.
 //!
 //! Format: one entry per line, the hex of the call as the installed `weft-ipam` sent it
-//! (`weft_ipam_client::wire::encode_call`: the `CNI_*` variables and the config, binary-safe).
+//! (`weft_plugin_client::wire::encode_call`: the `CNI_*` variables and the config, binary-safe).
 //! An append that was cut short (a crash mid-write) leaves a last line without its newline or
 //! with odd hex: it is dropped on read, which can only leave an address reserved (reclaimed by
 //! GC), never free one twice.

@@ -1,10 +1,11 @@
 //! `weft install-cni`: put weft's CNI plugins into a CNI bin dir.
 //!
-//! * `weft-cni` — the weft binary (the shim; the full IPAM plugin under the name `weft-ipam`);
-//! * `passthru` — the weft binary (head of an auxiliary CNI chain);
-//! * `weft-ipam` — the static client of crates/ipam-client, which this binary carries (compiled
-//!   by build.rs): it hands delegated calls to the node agent and runs `weft-cni` as
-//!   `weft-ipam` for the others.
+//! * `passthru` — the weft binary (head of an auxiliary CNI chain, and the full plugin the
+//!   static clients run under their own names for what they cannot do themselves);
+//! * `weft-cni` — the static shim of crates/plugin-client, which this binary carries (compiled
+//!   by build.rs): it hands every call to the node agent;
+//! * `weft-ipam` — the static IPAM client of the same crate: it hands delegated calls to the
+//!   node agent and runs the weft binary as `weft-ipam` for the others.
 //!
 //! Every file is written under a temporary name and renamed into place, so a runtime exec'ing
 //! a plugin during an upgrade sees the old file or the new one, never half of one.
@@ -13,6 +14,8 @@ use std::path::{Path, PathBuf};
 
 /// The installed `weft-ipam`: a statically linked executable.
 pub const IPAM_CLIENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/weft-ipam"));
+/// The installed `weft-cni`: a statically linked executable.
+pub const SHIM_CLIENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/weft-cni"));
 
 /// How the weft binary gets into the bin dir.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,9 +46,9 @@ pub fn install_cni(
 ) -> std::io::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(bin_dir)?;
     let mut installed = Vec::new();
-    let mut full_names = vec![weft_ipam_client::FULL_PLUGIN, weft_meta::PASSTHRU_TYPE];
+    let mut full_names = vec![weft_plugin_client::full::FULL_BINARY];
     if ipam == IpamPlugin::FullBinary {
-        full_names.push(weft_ipam_client::PLUGIN_NAME);
+        full_names.push(weft_plugin_client::PLUGIN_NAME);
     }
     for name in full_names {
         let path = bin_dir.join(name);
@@ -55,14 +58,18 @@ pub fn install_cni(
         })?;
         installed.push(path);
     }
+    let mut clients = vec![(weft_plugin_client::shim::SHIM_NAME, SHIM_CLIENT)];
     if ipam == IpamPlugin::Client {
-        let client = bin_dir.join(weft_ipam_client::PLUGIN_NAME);
-        replace(&client, |temp| {
+        clients.push((weft_plugin_client::PLUGIN_NAME, IPAM_CLIENT));
+    }
+    for (name, executable) in clients {
+        let path = bin_dir.join(name);
+        replace(&path, |temp| {
             use std::os::unix::fs::PermissionsExt;
-            std::fs::write(temp, IPAM_CLIENT)?;
+            std::fs::write(temp, executable)?;
             std::fs::set_permissions(temp, std::fs::Permissions::from_mode(0o755))
         })?;
-        installed.push(client);
+        installed.push(path);
     }
     Ok(installed)
 }
@@ -133,9 +140,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_carried_client_is_a_static_executable() {
-        let elf = IPAM_CLIENT;
-        assert_eq!(&elf[..4], b"\x7fELF", "weft-ipam is an ELF executable");
+    fn the_carried_clients_are_static_executables() {
+        assert_eq!(weft_plugin_client::full::FULL_BINARY, weft_meta::PASSTHRU_TYPE);
+        for elf in [IPAM_CLIENT, SHIM_CLIENT] {
+            assert_static(elf);
+        }
+    }
+
+    fn assert_static(elf: &[u8]) {
+        assert_eq!(&elf[..4], b"\x7fELF", "an ELF executable");
         // ELF64 header: program headers at e_phoff (8 bytes at 32), e_phentsize and e_phnum
         // (2 bytes each at 54 and 56). A dynamically linked executable has a PT_INTERP (3).
         let u16_at = |at: usize| u16::from_le_bytes([elf[at], elf[at + 1]]) as usize;
@@ -147,7 +160,7 @@ mod tests {
             .count();
         assert_eq!(
             interpreters, 0,
-            "weft-ipam is linked statically (the build warned if this machine has no static libc)"
+            "linked statically (the build warned if this machine has no static libc)"
         );
     }
 
@@ -163,12 +176,13 @@ mod tests {
                 .iter()
                 .map(|p| p.file_name().unwrap().to_owned())
                 .collect();
-            assert_eq!(names, ["weft-cni", "passthru", "weft-ipam"]);
-            for full in ["weft-cni", "passthru"] {
-                assert_eq!(std::fs::read(bin.join(full)).unwrap(), b"full weft");
-                let linked = std::fs::symlink_metadata(bin.join(full)).unwrap().is_symlink();
-                assert_eq!(linked, how == FullBinary::Link);
-            }
+            assert_eq!(names, ["passthru", "weft-cni", "weft-ipam"]);
+            assert_eq!(std::fs::read(bin.join("passthru")).unwrap(), b"full weft");
+            let linked = std::fs::symlink_metadata(bin.join("passthru"))
+                .unwrap()
+                .is_symlink();
+            assert_eq!(linked, how == FullBinary::Link);
+            assert_eq!(std::fs::read(bin.join("weft-cni")).unwrap(), SHIM_CLIENT);
             assert_eq!(std::fs::read(bin.join("weft-ipam")).unwrap(), IPAM_CLIENT);
             let mut left: Vec<_> = std::fs::read_dir(&bin)
                 .unwrap()
@@ -197,8 +211,9 @@ mod tests {
             1,
             "no temporary file left"
         );
-        for full in ["weft-cni", "passthru", "weft-ipam"] {
+        for full in ["passthru", "weft-ipam"] {
             assert_eq!(std::fs::read(bin.join(full)).unwrap(), b"full weft", "{full}");
         }
+        assert_eq!(std::fs::read(bin.join("weft-cni")).unwrap(), SHIM_CLIENT);
     }
 }

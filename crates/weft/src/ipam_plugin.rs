@@ -1,5 +1,5 @@
 //! The IPAM plugin in full: what the weft binary does under the name `weft-ipam`. The installed
-//! `weft-ipam` (crates/ipam-client) hands delegated calls to the node agent, which serves them
+//! `weft-ipam` (crates/plugin-client) hands delegated calls to the node agent, which serves them
 //! with the same code (`agent::ipam`), and runs this for every other call. It opens the cluster
 //! store itself — the one the config names (the Kubernetes API for `ipam.kubernetes.kubeconfig`,
 //! whereabouts' key, else the embedded store in `ipam.stateDir`), else the node agent's store

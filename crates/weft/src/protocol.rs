@@ -1,6 +1,9 @@
 //! The shim ↔ agent protocol (thick mode), the same shape as Multus' thick plugin:
 //! `POST /cni` over the agent's Unix socket with the CNI environment and the config (base64);
 //! `200 {"Result": …}` on success (ADD carries the result), `400` with a CNI error otherwise.
+//! The installed static shim uses `/cni-call` instead (`weft_plugin_client::wire`: the call as
+//! it came, answered with the bytes to print); `/cni` serves the weft binary run as `weft-cni`
+//! and hot-plug's `/delegate` shape.
 
 use std::collections::BTreeMap;
 
@@ -16,14 +19,9 @@ pub const CNI_PATH: &str = "/cni";
 pub const IPAM_DEFAULT_STORE_ENV: &str = "WEFT_IPAM_DEFAULT_STORE";
 /// Path of the single-attachment (hot-plug) endpoint.
 pub const DELEGATE_PATH: &str = "/delegate";
-/// Default socket of the node agent.
-pub const DEFAULT_SOCKET: &str = "/run/weft/weft.sock";
-/// Name of the socket file inside a socket directory.
-pub const SOCKET_FILE: &str = "weft.sock";
-
-/// The largest network configuration the shim forwards and the agent accepts (1 MiB; real
-/// configs are a few KiB).
-pub const MAX_CONFIG_BYTES: usize = 1 << 20;
+// The socket and the config limit are the installed shim's (crates/plugin-client), which
+// cannot depend on this crate.
+pub use weft_plugin_client::shim::{DEFAULT_SOCKET, MAX_CONFIG_BYTES, SOCKET_FILE};
 /// The largest request body the agent reads: a config at the limit in base64 plus the
 /// environment.
 pub const MAX_REQUEST_BYTES: usize = MAX_CONFIG_BYTES / 3 * 4 + (256 << 10);

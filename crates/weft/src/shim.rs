@@ -1,6 +1,12 @@
-//! `weft-cni`: the CNI shim. A CNI plugin whose every verb is forwarded to the node agent over
-//! its Unix socket (thick mode); the agent's result or CNI error is printed on stdout in the
-//! config's version by the shared plugin-side code of `weft_cni::plugin`.
+//! The weft binary as `weft-cni`: the full CNI shim. A CNI plugin whose every verb is forwarded
+//! to the node agent over its Unix socket (thick mode, `POST /cni`); the agent's result or CNI
+//! error is printed on stdout in the config's version by the shared plugin-side code of
+//! `weft_cni::plugin`.
+//!
+//! The `weft-cni` a node runs is the static shim of crates/plugin-client, which hands a call
+//! here only for what needs this code: no agent listening (VERSION is answered without one),
+//! a config it cannot read, an older agent, or an answer to write as a CNI error in the
+//! config's version, passed in `WEFT_SHIM_ANSWER` ([`Handoff`]) so the call is not sent again.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,12 +15,15 @@ use std::process::ExitCode;
 use serde_json::Value;
 use weft_cni::plugin::{Plugin, PluginRequest};
 use weft_cni::{CniError, CniResult, codes};
+use weft_plugin_client::shim::{ANSWER_ENV, Handoff, SOCKET_ENV};
 
 use crate::protocol::{self, CniRequest, CniResponse};
 
 /// The shim: forwards requests to the agent.
 struct Shim {
     env: BTreeMap<String, String>,
+    /// What the static shim already got from the agent, if it handed the call over.
+    handoff: Handoff,
 }
 
 /// Run the shim as the current process.
@@ -37,7 +46,8 @@ pub fn run() -> ExitCode {
         ),
         (Ok(_), Ok(env)) => {
             let lookup = env.clone();
-            weft_cni::plugin::dispatch(&Shim { env }, |key| lookup.get(key).cloned(), &stdin)
+            let handoff = std::env::var(ANSWER_ENV).map_or(Handoff::Call, |v| Handoff::decode(&v));
+            weft_cni::plugin::dispatch(&Shim { env, handoff }, |key| lookup.get(key).cloned(), &stdin)
         }
     };
     let mut stdout = std::io::stdout().lock();
@@ -73,7 +83,7 @@ pub fn cni_env(
 
 /// The agent socket named by the config (`daemonSocketDir`), `$WEFT_SOCKET`, or the default.
 pub fn socket_path(config: &Value) -> PathBuf {
-    if let Some(path) = std::env::var_os("WEFT_SOCKET") {
+    if let Some(path) = std::env::var_os(SOCKET_ENV) {
         return path.into();
     }
     match config.get("daemonSocketDir").and_then(Value::as_str) {
@@ -90,8 +100,21 @@ impl Shim {
         if bytes.len() > protocol::MAX_CONFIG_BYTES {
             return Err(protocol::config_size_error(bytes.len()));
         }
-        let body = CniRequest::new(self.env.clone(), &bytes);
-        call_agent(&socket, protocol::CNI_PATH, &body).map_err(|failure| match failure {
+        let answered = match &self.handoff {
+            Handoff::Call => {
+                let body = CniRequest::new(self.env.clone(), &bytes);
+                call_agent(&socket, protocol::CNI_PATH, &body)
+            }
+            Handoff::Answered { status, body } => read_answer(*status, body.as_bytes()),
+            Handoff::Unanswered(details) => Err(AgentCall::Failed(
+                CniError::new(
+                    codes::AGENT_UNREACHABLE,
+                    format!("weft agent at {} did not answer", socket.display()),
+                )
+                .with_details(details.clone()),
+            )),
+        };
+        answered.map_err(|failure| match failure {
             AgentCall::Unreachable(details) => CniError::new(
                 codes::AGENT_UNREACHABLE,
                 format!("weft agent unreachable at {}", socket.display()),
@@ -114,18 +137,23 @@ pub enum AgentCall {
 pub fn call_agent(socket: &Path, path: &str, request: &CniRequest) -> Result<Option<Value>, AgentCall> {
     let body = serde_json::to_vec(request).unwrap_or_default();
     let (status, bytes) = post(socket, path, &body).map_err(AgentCall::Unreachable)?;
+    read_answer(status, &bytes)
+}
+
+/// What the agent's answer `status` with `bytes` means.
+fn read_answer(status: u16, bytes: &[u8]) -> Result<Option<Value>, AgentCall> {
     if status != 200 {
         return Err(AgentCall::Failed(
-            serde_json::from_slice::<CniError>(&bytes).unwrap_or_else(|_| {
+            serde_json::from_slice::<CniError>(bytes).unwrap_or_else(|_| {
                 CniError::new(
                     codes::AGENT_UNREACHABLE,
                     format!("weft agent answered HTTP {status}"),
                 )
-                .with_details(String::from_utf8_lossy(&bytes).into_owned())
+                .with_details(String::from_utf8_lossy(bytes).into_owned())
             }),
         ));
     }
-    let response: CniResponse = serde_json::from_slice(&bytes).map_err(|e| {
+    let response: CniResponse = serde_json::from_slice(bytes).map_err(|e| {
         AgentCall::Failed(
             CniError::new(codes::DECODING_FAILURE, "weft agent sent an unreadable response")
                 .with_details(e.to_string()),
@@ -160,9 +188,9 @@ impl Plugin for Shim {
 
 /// One HTTP/1.1 POST over a Unix socket (blocking: the shim runs once per CNI call and an
 /// async runtime would cost more than the request); returns status and body. The client is
-/// the IPAM client's (`weft_ipam_client::http`), chunked decoding included.
+/// the IPAM client's (`weft_plugin_client::http`), chunked decoding included.
 pub fn post(socket: &Path, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>), String> {
-    use weft_ipam_client::http;
+    use weft_plugin_client::http;
     let request = http::post_request(path, "application/json", body);
     let response =
         http::exchange(socket, &request, std::time::Duration::from_secs(300)).map_err(|e| e.to_string())?;

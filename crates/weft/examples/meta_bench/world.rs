@@ -83,7 +83,12 @@ impl World {
         let weft = weft_binary()?;
         let bin = state.join("bin");
         std::fs::create_dir_all(&bin)?;
-        std::os::unix::fs::symlink(&weft, bin.join("weft-cni"))?;
+        // As a node has them: weft-cni the static shim, passthru the weft binary.
+        let installed = std::process::Command::new(&weft)
+            .args(["install-cni", "--link", "--bin-dir"])
+            .arg(&bin)
+            .output()?;
+        anyhow::ensure!(installed.status.success(), "weft install-cni: {installed:?}");
         let conf_dir = state.join("net.d");
         std::fs::create_dir_all(&conf_dir)?;
         let host_local = state.join("host-local");

@@ -1,4 +1,4 @@
-//! `/ipam`: the installed `weft-ipam` (crates/ipam-client) that the agent's delegates run hands
+//! `/ipam`: the installed `weft-ipam` (crates/plugin-client) that the agent's delegates run hands
 //! its call to the agent, which answers it on the store it keeps open. A delegated IPAM call
 //! then costs a small static executable's start and one round trip, instead of the full binary
 //! opening the store (and reading its WAL) every time. The answer is byte for byte what the
@@ -11,7 +11,7 @@
 use weft_cni::plugin::{Decoded, Outcome, PluginRequest};
 use weft_cni::{CniCommand, CniError, CniVersion, codes};
 use weft_ipam::IpamRequest;
-use weft_ipam_client::wire;
+use weft_plugin_client::wire;
 
 use super::Agent;
 
@@ -23,7 +23,10 @@ pub fn delegate_env(agent: &Agent) -> Vec<(String, String)> {
     let mut env = vec![("WEFT_NODE_NAME".to_string(), agent.args.node.clone())];
     if let Some(identity) = &agent.store_identity {
         let socket = std::path::absolute(&agent.args.socket).unwrap_or_else(|_| agent.args.socket.clone());
-        env.push((weft_ipam_client::SOCKET_ENV.into(), socket.display().to_string()));
+        env.push((
+            weft_plugin_client::SOCKET_ENV.into(),
+            socket.display().to_string(),
+        ));
         env.push((crate::protocol::IPAM_DEFAULT_STORE_ENV.into(), identity.clone()));
     }
     env
@@ -38,7 +41,7 @@ pub enum IpamAnswer {
     NotServed,
 }
 
-/// Answer one call (a body made by `weft_ipam_client::wire::encode_call`); also returns the
+/// Answer one call (a body made by `weft_plugin_client::wire::encode_call`); also returns the
 /// verb, for metrics.
 pub async fn handle(agent: &Agent, body: &[u8]) -> (String, IpamAnswer) {
     let call = match wire::decode_call(body) {

@@ -15,7 +15,7 @@ use weft_cni::CniVersion;
 use weft_cni::plugin::Decoded;
 use weft_ipam::journal::{self, ReplayStep};
 use weft_ipam::{IpamError, IpamRequest};
-use weft_ipam_client::wire;
+use weft_plugin_client::wire;
 
 use super::Agent;
 

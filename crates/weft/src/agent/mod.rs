@@ -3,6 +3,7 @@
 
 mod autoconf;
 mod cni;
+mod cni_call;
 mod dynamic;
 mod ipam;
 pub mod journal;
@@ -142,6 +143,11 @@ impl Agent {
     /// Handle a `/cni` request from the shim.
     pub async fn handle_cni(&self, request: CniRequest) -> Result<Option<serde_json::Value>, CniError> {
         cni::handle(self, request, false).await
+    }
+
+    /// Answer a `/cni-call` call from the static shim; also returns its verb.
+    pub async fn handle_cni_call(&self, body: &[u8]) -> (String, weft_cni::plugin::Outcome) {
+        cni_call::handle(self, body).await
     }
 
     /// Answer an `/ipam` call from a delegated `weft-ipam`; also returns its verb.

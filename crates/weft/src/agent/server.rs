@@ -1,4 +1,4 @@
-//! The agent's HTTP API on its root-only Unix socket: `/cni`, `/delegate`, `/ipam`, `/healthz`,
+//! The agent's HTTP API on its root-only Unix socket: `/cni-call`, `/cni`, `/delegate`, `/ipam`, `/healthz`,
 //! `/readyz`, `/metrics`; and the read-only endpoints over TCP. Both are served by one accept
 //! loop that caps connections, times out slow request heads and bodies, and limits body size,
 //! answering each refusal with a CNI error the shim hands to the runtime.
@@ -49,25 +49,42 @@ fn cni_error_with(status: StatusCode, err: CniError) -> Response {
     (status, Json(err)).into_response()
 }
 
-/// The request body, within the size limit and the read timeout; or the CNI error answering it.
+/// A refusal before the request was read: the status and the CNI error (no version yet).
+type Refusal = (StatusCode, CniError);
+
+/// The refusal as a `/cni` or `/delegate` answer (the weft binary's shim writes the error in
+/// the config's version).
+fn refused(refusal: Refusal) -> Response {
+    cni_error_with(refusal.0, refusal.1)
+}
+
+/// The refusal as a `/cni-call` or `/ipam` answer: a static client prints a 400's body as it
+/// is, so the error is complete (the config was not read: the newest version).
+fn refused_raw((status, mut error): Refusal) -> Response {
+    if error.cni_version.is_empty() {
+        error.cni_version = weft_cni::CniVersion::LATEST.to_string();
+    }
+    cni_error_with(status, error)
+}
+
+/// The request body, within the size limit and the read timeout; or why not.
 async fn read_body(
     limits: Limits,
     headers: &HeaderMap,
     body: axum::body::Body,
-) -> Result<axum::body::Bytes, Response> {
+) -> Result<axum::body::Bytes, Refusal> {
     let announced = headers
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    limits::check_body_size(announced, limits.max_body)
-        .map_err(|e| cni_error_with(StatusCode::PAYLOAD_TOO_LARGE, e))?;
+    limits::check_body_size(announced, limits.max_body).map_err(|e| (StatusCode::PAYLOAD_TOO_LARGE, e))?;
     match tokio::time::timeout(limits.read_timeout, axum::body::to_bytes(body, limits.max_body)).await {
-        Err(_) => Err(cni_error_with(
+        Err(_) => Err((
             StatusCode::REQUEST_TIMEOUT,
             limits::body_timeout(limits.read_timeout),
         )),
         // Over the limit (a chunked body announces no length) or cut off by the client.
-        Ok(Err(e)) => Err(cni_error_with(
+        Ok(Err(e)) => Err((
             StatusCode::BAD_REQUEST,
             CniError::new(
                 codes::IO_FAILURE,
@@ -88,7 +105,7 @@ async fn answer(
 ) -> Response {
     let bytes = match read_body(state.limits, headers, body).await {
         Ok(bytes) => bytes,
-        Err(response) => return response,
+        Err(refusal) => return refused(refusal),
     };
     let request: CniRequest = match serde_json::from_slice(&bytes) {
         Ok(request) => request,
@@ -130,12 +147,39 @@ async fn delegate(
     answer(&state, &headers, body, Endpoint::Delegate).await
 }
 
+/// `/cni-call`: the static shim's call (`weft_plugin_client::wire`); 200 with what the shim
+/// prints, 400 with its CNI error (complete: the shim prints it as it is).
+async fn cni_call(
+    State(state): State<Arc<ServerState>>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    let body = match read_body(state.limits, &headers, body).await {
+        Ok(bytes) => bytes,
+        Err(refusal) => return refused_raw(refusal),
+    };
+    let started = Instant::now();
+    let (verb, outcome) = state.agent.handle_cni_call(&body).await;
+    let ok = outcome.exit_code == 0;
+    state
+        .agent
+        .metrics
+        .observe(Endpoint::Cni, &verb, ok, started.elapsed().as_secs_f64());
+    let status = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_REQUEST
+    };
+    let json = [(axum::http::header::CONTENT_TYPE, "application/json")];
+    (status, json, outcome.stdout).into_response()
+}
+
 /// `/ipam`: 200 with what the plugin prints, 400 with its CNI error, 421 when the call's
-/// store is not the agent's (`weft_ipam_client::wire::read_answer` reads these).
+/// store is not the agent's (`weft_plugin_client::wire::read_answer` reads these).
 async fn ipam(State(state): State<Arc<ServerState>>, headers: HeaderMap, body: axum::body::Body) -> Response {
     let body = match read_body(state.limits, &headers, body).await {
         Ok(bytes) => bytes,
-        Err(response) => return response,
+        Err(refusal) => return refused_raw(refusal),
     };
     let started = Instant::now();
     let (verb, answer) = state.agent.handle_ipam(&body).await;
@@ -172,8 +216,9 @@ async fn metrics(State(state): State<Arc<ServerState>>) -> String {
 pub fn router(state: Arc<ServerState>) -> axum::Router {
     axum::Router::new()
         .route(crate::protocol::CNI_PATH, post(cni))
+        .route(weft_plugin_client::wire::CNI_CALL_PATH, post(cni_call))
         .route(crate::protocol::DELEGATE_PATH, post(delegate))
-        .route(weft_ipam_client::wire::PATH, post(ipam))
+        .route(weft_plugin_client::wire::PATH, post(ipam))
         .route(
             "/healthz",
             get(|| async { StatusCode::OK }).post(|| async { StatusCode::OK }),

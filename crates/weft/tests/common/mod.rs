@@ -17,8 +17,8 @@ pub fn weft_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_weft"))
 }
 
-/// weft's CNI plugins as a node has them (`weft install-cni --link`) in `bin`: `weft-cni` and
-/// `passthru` (the binary under test) and `weft-ipam` (the static client it carries).
+/// weft's CNI plugins as a node has them (`weft install-cni --link`) in `bin`: `passthru` (the
+/// binary under test), `weft-cni` and `weft-ipam` (the static clients it carries).
 pub fn install_plugins(bin: &Path) {
     let out = Command::new(weft_bin())
         .args(["install-cni", "--link", "--bin-dir"])

@@ -9,6 +9,9 @@ use std::fmt;
 
 /// Endpoint of the node agent that answers IPAM calls.
 pub const PATH: &str = "/ipam";
+/// Endpoint of the node agent that answers the meta-plugin's calls from the static shim (the
+/// same body and answers as [`PATH`]; the agent never declines one).
+pub const CNI_CALL_PATH: &str = "/cni-call";
 /// Media type of the body (see the module documentation).
 pub const CONTENT_TYPE: &str = "application/vnd.weft.cni-call";
 /// Status with which the agent declines a call it does not serve (its config names another
@@ -59,8 +62,8 @@ pub enum WireError {
     Unterminated,
     /// An entry is not `KEY=VALUE` with a `CNI_` key.
     BadEntry(String),
-    /// An entry is not UTF-8.
-    NotUtf8,
+    /// An entry is not UTF-8: the variable's name (lossily).
+    NotUtf8(String),
 }
 
 impl fmt::Display for WireError {
@@ -68,7 +71,7 @@ impl fmt::Display for WireError {
         match self {
             Self::Unterminated => write!(f, "the variables of the call are not terminated"),
             Self::BadEntry(entry) => write!(f, "{entry:?} is not a CNI_KEY=VALUE variable"),
-            Self::NotUtf8 => write!(f, "a variable of the call is not UTF-8"),
+            Self::NotUtf8(name) => write!(f, "environment variable {name} is not valid UTF-8"),
         }
     }
 }
@@ -86,7 +89,10 @@ pub fn decode_call(body: &[u8]) -> Result<Call<'_>, WireError> {
         if entry.is_empty() {
             return Ok(Call { env, stdin: rest });
         }
-        let entry = std::str::from_utf8(entry).map_err(|_| WireError::NotUtf8)?;
+        let entry = std::str::from_utf8(entry).map_err(|_| {
+            let name = entry.split(|&b| b == b'=').next().unwrap_or_default();
+            WireError::NotUtf8(String::from_utf8_lossy(name).into_owned())
+        })?;
         match entry.split_once('=') {
             Some((key, value)) if is_cni_variable(key.as_bytes()) => {
                 env.push((key.to_string(), value.to_string()));

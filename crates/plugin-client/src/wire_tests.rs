@@ -43,7 +43,10 @@ fn bodies_that_are_not_calls_are_named() {
         decode_call(b"CNI_COMMAND\0\0{}"),
         Err(WireError::BadEntry("CNI_COMMAND".into()))
     );
-    assert_eq!(decode_call(b"CNI_X=\xff\0\0"), Err(WireError::NotUtf8));
+    assert_eq!(
+        decode_call(b"CNI_X=\xff\0\0"),
+        Err(WireError::NotUtf8("CNI_X".into()))
+    );
     let empty = decode_call(b"\0").expect("no variables, empty config");
     assert!(empty.env.is_empty() && empty.stdin.is_empty());
 }

@@ -1,5 +1,5 @@
 //! `weft-ipam` as installed (compiled by crates/weft/build.rs, statically linked).
 
 fn main() -> std::process::ExitCode {
-    weft_ipam_client::run()
+    weft_plugin_client::run()
 }

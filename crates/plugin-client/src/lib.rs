@@ -1,0 +1,115 @@
+//! weft's CNI plugins as installed in the CNI bin dir: small, statically linked clients of the
+//! node agent, each a `main` of this crate compiled by crates/weft/build.rs.
+//!
+//! * `weft-cni` ([`shim`]): the meta-plugin's shim. It sends the runtime's call (its `CNI_*`
+//!   variables and stdin, untouched) to the agent's [`wire::CNI_CALL_PATH`] and prints the
+//!   agent's answer as its own; the agent decodes the config, answers VERSION, runs the call
+//!   and writes the result in the config's version.
+//! * `weft-ipam` ([`run`]): the IPAM plugin. The node agent keeps the IPAM store open and gives
+//!   every delegate it runs the variable [`SOCKET_ENV`]. Run with it, this client sends the call
+//!   to the agent's [`wire::PATH`] and prints the agent's answer as its own.
+//!
+//! Whatever a client cannot do itself — no agent to ask, a call the agent declines, an answer
+//! that needs a CNI error written in the config's version — it hands to the full plugin: the
+//! weft multi-call binary installed next to it ([`full::FULL_BINARY`]) run under the client's
+//! name, which does the call (or writes the error) itself.
+//!
+//! Why separate executables: a CNI plugin is exec'd once per call, so its start-up is most of
+//! its cost. These use std only and are linked statically (no dynamic loader, no shared
+//! libraries to map and relocate), which is what makes a call several times cheaper than
+//! starting the full binary (figures in docs/benchmarks.md). It is also why the crate has no
+//! dependencies: its build is a plain `rustc` call from crates/weft/build.rs.
+
+pub mod full;
+pub mod http;
+pub mod json;
+pub mod shim;
+pub mod wire;
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+pub use wire::Answer;
+
+/// Set by the node agent for its delegates: the agent's socket.
+pub const SOCKET_ENV: &str = "WEFT_IPAM_SOCKET";
+/// The name this client is installed under, and the name it gives the full plugin.
+pub const PLUGIN_NAME: &str = "weft-ipam";
+/// How long the agent may take to answer (a call it holds longer is stuck on its store).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
+/// CNI error code for the client's own failures (I/O failure).
+pub(crate) const IO_FAILURE: u32 = 5;
+
+/// Run one CNI call as the current process and return its exit code.
+pub fn run() -> ExitCode {
+    let Some(socket) = std::env::var_os(SOCKET_ENV) else {
+        return exec_full_plugin();
+    };
+    let mut stdin = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut stdin) {
+        return report(&wire::cni_error(
+            IO_FAILURE,
+            "weft-ipam: cannot read stdin",
+            &e.to_string(),
+        ));
+    }
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let body = wire::encode_call(env.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())), &stdin);
+    match ask_agent(Path::new(&socket), &body) {
+        Answer::Print { stdout, exit_code } => {
+            let mut out = std::io::stdout().lock();
+            // A runtime that closed our stdout cannot be told more; the exit code still is.
+            let _ = out.write_all(&stdout).and_then(|()| out.flush());
+            ExitCode::from(exit_code)
+        }
+        Answer::Fallback(reason) => {
+            eprintln!("weft-ipam: {reason}; running the weft binary as {PLUGIN_NAME}");
+            run_full_plugin(&stdin)
+        }
+    }
+}
+
+/// One request on a fresh connection; every failure to get an answer is a fallback.
+fn ask_agent(socket: &Path, body: &[u8]) -> Answer {
+    match http::exchange(socket, &wire::http_request(body), ANSWER_TIMEOUT) {
+        Ok(response) => wire::read_answer(&response),
+        Err(http::ExchangeError::Connect(e)) => {
+            Answer::Fallback(format!("no agent on {}: {e}", socket.display()))
+        }
+        Err(http::ExchangeError::Io(e)) => {
+            Answer::Fallback(format!("the agent on {} did not answer: {e}", socket.display()))
+        }
+    }
+}
+
+/// Become the full plugin, stdin untouched (no agent announced: the common case off the agent).
+fn exec_full_plugin() -> ExitCode {
+    let error = full::exec(PLUGIN_NAME);
+    report(&wire::cni_error(
+        IO_FAILURE,
+        "weft-ipam: cannot run the weft plugin",
+        &error,
+    ))
+}
+
+/// Run the full plugin on the stdin already read, and exit as it did.
+fn run_full_plugin(stdin: &[u8]) -> ExitCode {
+    full::run(PLUGIN_NAME, stdin, &[SOCKET_ENV], &[]).unwrap_or_else(|e| {
+        report(&wire::cni_error(
+            IO_FAILURE,
+            "weft-ipam: cannot run the weft plugin",
+            &e,
+        ))
+    })
+}
+
+/// Print `error` (a CNI error object) and exit 1.
+pub(crate) fn report(error: &[u8]) -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(error).and_then(|()| out.flush());
+    ExitCode::from(1)
+}
