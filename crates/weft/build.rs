@@ -4,8 +4,9 @@
 //!    the name `weft-cni`. As a PIE, every start has the dynamic loader apply ~30,000 relative
 //!    relocations and copy-on-write ~120 pages of `.data.rel.ro` before `main`; linked without
 //!    PIE the linker resolves them once, at build time.
-//! 2. Compile `weft-cni` and `weft-ipam` (crates/plugin-client) as statically linked
-//!    executables, which the weft binary carries and installs (`weft install-cni`). Cargo cannot link one target of a
+//! 2. Compile the installed `weft-cni` and `weft-ipam` (crates/plugin-client: one executable,
+//!    its role chosen by its name) statically linked; the weft binary carries it and installs
+//!    it under both names (`weft install-cni`). Cargo cannot link one target of a
 //!    workspace statically (`crt-static` in RUSTFLAGS would apply to proc-macros too), so this
 //!    calls `rustc` itself, with the same compiler and target. Without a static C library on
 //!    the machine it falls back to a dynamic link, with a warning.
@@ -59,18 +60,18 @@ fn build_client(src: &Path, out: &Path, statically: bool) -> Result<(), String> 
         .args(["--crate-type=rlib", "--crate-name=weft_plugin_client", "-o"])
         .arg(&lib)
         .arg(src.join("lib.rs")))?;
-    for (main, name) in [("main.rs", "weft-ipam"), ("shim_main.rs", "weft-cni")] {
-        run(Command::new(&rustc)
-            .args(&common)
-            .args(["--crate-type=bin", "-Cstrip=symbols", "--extern"])
-            .arg(format!("weft_plugin_client={}", lib.display()))
-            .arg("--crate-name")
-            .arg(name.replace('-', "_"))
-            .arg("-o")
-            .arg(out.join(name))
-            .arg(src.join(main)))?;
-    }
-    Ok(())
+    run(Command::new(&rustc)
+        .args(&common)
+        .args([
+            "--crate-type=bin",
+            "--crate-name=weft_plugins",
+            "-Cstrip=symbols",
+            "--extern",
+        ])
+        .arg(format!("weft_plugin_client={}", lib.display()))
+        .arg("-o")
+        .arg(out.join("weft-plugins"))
+        .arg(src.join("main.rs")))
 }
 
 fn run(command: &mut Command) -> Result<(), String> {

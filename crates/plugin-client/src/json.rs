@@ -3,7 +3,7 @@
 //!
 //! The whole document is checked against the JSON grammar (RFC 8259, as strictly as
 //! serde_json: UTF-8 only, no control characters in strings, no lone surrogates, nothing after
-//! the value, at most [`MAX_DEPTH`] levels of nesting). A document this module refuses makes
+//! the value, at most [`MAX_DEPTH`] nested arrays and objects). A document this module refuses makes
 //! the client hand the call to the full plugin, which reports it, so being stricter than the
 //! agent only ever costs an exec. Where both accept a document they agree on the value
 //! (property-tested against serde_json in `json_tests.rs`); for duplicate members the last
@@ -11,8 +11,9 @@
 
 use std::fmt;
 
-/// Deepest nesting accepted (serde_json's default recursion limit).
-pub const MAX_DEPTH: usize = 128;
+/// Most arrays and objects nested in one another, the top-level object included (serde_json's
+/// default recursion limit of 128 stops at the 128th).
+pub const MAX_DEPTH: usize = 127;
 
 /// Why a document is not read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,10 +32,40 @@ impl fmt::Display for JsonError {
 
 impl std::error::Error for JsonError {}
 
+/// A top-level member of an object, as far as the clients care.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Member {
+    /// No member of that name.
+    Absent,
+    /// A string (unescaped).
+    String(String),
+    /// Any other value.
+    Other,
+}
+
 /// The value of the top-level member `key` of the JSON object `doc` when that value is a
 /// string; `Ok(None)` when there is no such member or its value is not a string; an error when
 /// `doc` is not a JSON object.
 pub fn top_level_string(doc: &[u8], key: &str) -> Result<Option<String>, JsonError> {
+    Ok(match top_level_member(doc, key)? {
+        Member::String(value) => Some(value),
+        Member::Absent | Member::Other => None,
+    })
+}
+
+/// The top-level member `key` of the JSON object `doc` (the last one of that name); an error
+/// when `doc` is not a JSON object.
+pub fn top_level_member(doc: &[u8], key: &str) -> Result<Member, JsonError> {
+    read_member(doc, key).map(|(member, _)| member)
+}
+
+/// How many top-level members of the JSON object `doc` are named `key` (a struct decoder such
+/// as serde's derive refuses a repeated one where a map keeps the last).
+pub fn top_level_count(doc: &[u8], key: &str) -> Result<usize, JsonError> {
+    read_member(doc, key).map(|(_, count)| count)
+}
+
+fn read_member(doc: &[u8], key: &str) -> Result<(Member, usize), JsonError> {
     let text = std::str::from_utf8(doc).map_err(|e| JsonError {
         at: e.valid_up_to(),
         what: "not UTF-8",
@@ -47,17 +78,18 @@ pub fn top_level_string(doc: &[u8], key: &str) -> Result<Option<String>, JsonErr
     if reader.peek() != Some(b'{') {
         return Err(reader.error("not a JSON object"));
     }
-    let mut found = None;
+    let (mut found, mut count) = (Member::Absent, 0);
     reader.object(0, &mut |member, value| {
         if member == key {
-            found = Some(value);
+            found = value.map_or(Member::Other, Member::String);
+            count += 1;
         }
     })?;
     reader.skip_ws();
     if reader.at != reader.bytes.len() {
         return Err(reader.error("trailing characters"));
     }
-    Ok(found.flatten())
+    Ok((found, count))
 }
 
 struct Reader<'a> {
@@ -149,9 +181,9 @@ impl Reader<'_> {
         }
     }
 
-    /// A value at `depth`; its text when it is a string.
+    /// A value inside `depth` containers; its text when it is a string.
     fn value(&mut self, depth: usize) -> Result<Option<String>, JsonError> {
-        if depth > MAX_DEPTH {
+        if matches!(self.peek(), Some(b'{' | b'[')) && depth >= MAX_DEPTH {
             return Err(self.error("nested too deeply"));
         }
         match self.peek() {

@@ -6,7 +6,7 @@
 //!   agent's answer as its own; the agent decodes the config, answers VERSION, runs the call
 //!   and writes the result in the config's version.
 //! * `weft-ipam` ([`run`]): the IPAM plugin. The node agent keeps the IPAM store open and gives
-//!   every delegate it runs the variable [`SOCKET_ENV`]. Run with it, this client sends the call
+//!   every delegate it runs the variable [`IPAM_SOCKET_ENV`]. Run with it, this client sends the call
 //!   to the agent's [`wire::PATH`] and prints the agent's answer as its own.
 //!
 //! Whatever a client cannot do itself — no agent to ask, a call the agent declines, an answer
@@ -36,7 +36,7 @@ use std::time::Duration;
 pub use wire::Answer;
 
 /// Set by the node agent for its delegates: the agent's socket.
-pub const SOCKET_ENV: &str = "WEFT_IPAM_SOCKET";
+pub const IPAM_SOCKET_ENV: &str = "WEFT_IPAM_SOCKET";
 /// The name this client is installed under, and the name it gives the full plugin.
 pub const PLUGIN_NAME: &str = "weft-ipam";
 /// How long the agent may take to answer (a call it holds longer is stuck on its store).
@@ -46,7 +46,7 @@ pub(crate) const IO_FAILURE: u32 = 5;
 
 /// Run one CNI call as the current process and return its exit code.
 pub fn run() -> ExitCode {
-    let Some(socket) = std::env::var_os(SOCKET_ENV) else {
+    let Some(socket) = std::env::var_os(IPAM_SOCKET_ENV) else {
         return exec_full_plugin();
     };
     let mut stdin = Vec::new();
@@ -88,23 +88,44 @@ fn ask_agent(socket: &Path, body: &[u8]) -> Answer {
 
 /// Become the full plugin, stdin untouched (no agent announced: the common case off the agent).
 fn exec_full_plugin() -> ExitCode {
-    let error = full::exec(PLUGIN_NAME);
+    let error = full::exec(PLUGIN_NAME, []);
     report(&wire::cni_error(
         IO_FAILURE,
         "weft-ipam: cannot run the weft plugin",
-        &error,
+        &error.to_string(),
     ))
 }
 
-/// Run the full plugin on the stdin already read, and exit as it did.
+/// Become the full plugin on the stdin already read.
 fn run_full_plugin(stdin: &[u8]) -> ExitCode {
-    full::run(PLUGIN_NAME, stdin, &[SOCKET_ENV], &[]).unwrap_or_else(|e| {
-        report(&wire::cni_error(
+    let error = full::exec_with(PLUGIN_NAME, stdin, &[IPAM_SOCKET_ENV], &[]);
+    report(&wire::cni_error(
+        IO_FAILURE,
+        "weft-ipam: cannot run the weft plugin",
+        &error.to_string(),
+    ))
+}
+
+/// The executable's `main` for its command line `args`: the role named by `argv[0]`'s file name
+/// — `weft-cni` the shim, `weft-ipam` the IPAM client — and for any other name the weft binary
+/// under that name with the same arguments (so an older install that runs `weft-cni` as
+/// `weft-ipam` or `passthru` still gets what it asked for).
+pub fn main(mut args: impl Iterator<Item = OsString>) -> ExitCode {
+    let argv0 = args.next().unwrap_or_default();
+    let name = Path::new(&argv0)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
+        .to_string();
+    match name.as_str() {
+        shim::SHIM_NAME => shim::run(),
+        PLUGIN_NAME => run(),
+        other => report(&wire::cni_error(
             IO_FAILURE,
-            "weft-ipam: cannot run the weft plugin",
-            &e,
-        ))
-    })
+            "cannot run the weft binary",
+            &full::exec(other, args).to_string(),
+        )),
+    }
 }
 
 /// Print `error` (a CNI error object) and exit 1.

@@ -6,6 +6,10 @@
 //! only has to find the agent's socket: `$WEFT_SOCKET`, the config's `daemonSocketDir`, or
 //! [`DEFAULT_SOCKET`] (read with [`crate::json`], which checks the whole config).
 //!
+//! VERSION it answers itself when the config's `cniVersion` is one it knows by name (the reply
+//! is [`version_reply`], byte for byte the weft binary's): a runtime validating its configs
+//! needs no agent, as with Multus' shim.
+//!
 //! What the shim cannot answer by printing the agent's bytes goes to the weft binary run as
 //! `weft-cni` ([`crate::full`]), the same shim with a JSON library and the CNI types:
 //! * a config it cannot read, one over [`MAX_CONFIG_BYTES`], or no agent listening: the full
@@ -47,6 +51,45 @@ pub const ANSWER_ENV: &str = "WEFT_SHIM_ANSWER";
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(300);
 /// At most this much of an unprintable answer's body is handed to the full shim.
 const HANDOFF_BODY_BYTES: usize = 8 << 10;
+/// The CNI versions the shim accepts, oldest first (the weft binary's
+/// `weft_cni::CniVersion::SUPPORTED`; a test in crates/weft checks they are the same).
+pub const SUPPORTED_VERSIONS: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+
+/// The VERSION reply for a config (`stdin`), when the shim can write it itself: the config
+/// is a JSON object whose one `cniVersion` is one of [`SUPPORTED_VERSIONS`] spelled exactly, or
+/// that has none (the reply is then in the newest). `None`: the weft binary answers.
+pub fn version_reply(stdin: &[u8]) -> Option<Vec<u8>> {
+    // The weft binary reads the version as a struct field: a repeated one is its decision.
+    if json::top_level_count(stdin, "cniVersion").ok()? > 1 {
+        return None;
+    }
+    let version = match json::top_level_member(stdin, "cniVersion").ok()? {
+        json::Member::String(version) => *SUPPORTED_VERSIONS.iter().find(|v| **v == version)?,
+        json::Member::Absent => SUPPORTED_VERSIONS[SUPPORTED_VERSIONS.len() - 1],
+        // Present but not a string: the weft binary decides.
+        json::Member::Other => return None,
+    };
+    let list: Vec<String> = SUPPORTED_VERSIONS.iter().map(|v| format!("\"{v}\"")).collect();
+    Some(
+        format!(
+            "{{\"cniVersion\":\"{version}\",\"supportedVersions\":[{}]}}",
+            list.join(",")
+        )
+        .into_bytes(),
+    )
+}
+
+/// Whether a call with this environment is a VERSION the shim may answer itself:
+/// `CNI_COMMAND=VERSION`, every `CNI_*` variable UTF-8 and no `CNI_ARGS` to check (the weft
+/// binary validates those, and answers such calls).
+pub fn is_plain_version(env: &[(OsString, OsString)]) -> bool {
+    let var = |key: &str| env.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v);
+    var("CNI_COMMAND").is_some_and(|c| c == "VERSION")
+        && var("CNI_ARGS").is_none_or(|a| a.is_empty())
+        && env.iter().all(|(k, v)| {
+            !k.as_bytes().starts_with(b"CNI_") || (k.to_str().is_some() && v.to_str().is_some())
+        })
+}
 
 /// The socket for a call: `socket_env` ([`SOCKET_ENV`]) if set, else the config's non-empty
 /// string [`SOCKET_DIR_KEY`] joined with [`SOCKET_FILE`], else [`DEFAULT_SOCKET`] — exactly the
@@ -94,22 +137,26 @@ pub enum Handoff {
 
 impl Handoff {
     /// The value of [`ANSWER_ENV`] for the full shim (`None`: the full shim makes the call).
+    /// NUL bytes, which no environment value can hold, are dropped.
     pub fn encode(&self) -> Option<String> {
-        match self {
-            Self::Call => None,
-            Self::Answered { status, body } => Some(format!("{status}\n{body}")),
-            Self::Unanswered(details) => Some(format!("unanswered\n{details}")),
-        }
+        let value = match self {
+            Self::Call => return None,
+            Self::Answered { status, body } => format!("{status}\n{body}"),
+            Self::Unanswered(details) => format!("unanswered\n{details}"),
+        };
+        Some(value.replace('\0', ""))
     }
 
-    /// Read an [`ANSWER_ENV`] value (the inverse of [`Handoff::encode`]).
+    /// Read an [`ANSWER_ENV`] value (the inverse of [`Handoff::encode`]). A success status is
+    /// never handed over, so one here is not believed: it reads as no answer.
     pub fn decode(value: &str) -> Self {
         let (head, rest) = value.split_once('\n').unwrap_or((value, ""));
         match head.parse::<u16>() {
-            Ok(status) => Self::Answered {
+            Ok(status) if !(200..300).contains(&status) => Self::Answered {
                 status,
                 body: rest.to_string(),
             },
+            Ok(status) => Self::Unanswered(format!("the handed-over answer claims HTTP {status}")),
             Err(_) => Self::Unanswered(rest.to_string()),
         }
     }
@@ -180,10 +227,17 @@ pub fn run() -> ExitCode {
         // The full shim reads what it is given, finds it over the limit too and says so.
         return hand_off(&stdin, &Handoff::Call);
     }
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    if is_plain_version(&env)
+        && let Some(reply) = version_reply(&stdin)
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(&reply).and_then(|()| out.flush());
+        return ExitCode::SUCCESS;
+    }
     let Ok(socket) = socket_path(std::env::var_os(SOCKET_ENV), &stdin) else {
         return hand_off(&stdin, &Handoff::Call);
     };
-    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let body = wire::encode_call(env.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())), &stdin);
     let request = http::post_request(wire::CNI_CALL_PATH, wire::CONTENT_TYPE, &body);
     match next(&socket, http::exchange(&socket, &request, ANSWER_TIMEOUT)) {
@@ -197,17 +251,16 @@ pub fn run() -> ExitCode {
     }
 }
 
-/// Run the full shim on the call (with the answer to write, if any) and exit as it did.
+/// Become the full shim on the call (with the answer to write, if any).
 fn hand_off(stdin: &[u8], handoff: &Handoff) -> ExitCode {
     let answer = handoff.encode();
     let set: Vec<(&str, &str)> = answer.iter().map(|a| (ANSWER_ENV, a.as_str())).collect();
-    full::run(SHIM_NAME, stdin, &[ANSWER_ENV], &set).unwrap_or_else(|e| {
-        crate::report(&wire::cni_error(
-            crate::IO_FAILURE,
-            "weft-cni: cannot run the weft binary",
-            &e,
-        ))
-    })
+    let error = full::exec_with(SHIM_NAME, stdin, &[ANSWER_ENV], &set);
+    crate::report(&wire::cni_error(
+        crate::IO_FAILURE,
+        "weft-cni: cannot run the weft binary",
+        &error.to_string(),
+    ))
 }
 
 #[cfg(test)]

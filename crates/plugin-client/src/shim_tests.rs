@@ -120,3 +120,47 @@ fn other_answers_are_handed_over_to_be_written_not_sent_again() {
     let handoff = Handoff::Answered { status: 500, body };
     assert_eq!(Handoff::decode(&handoff.encode().unwrap()), handoff);
 }
+
+#[test]
+fn only_a_plain_version_call_is_answered_by_the_shim() {
+    let env = |pairs: &[(&str, &[u8])]| -> Vec<(OsString, OsString)> {
+        use std::os::unix::ffi::OsStringExt;
+        pairs
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from_vec(v.to_vec())))
+            .collect()
+    };
+    assert!(is_plain_version(&env(&[
+        ("CNI_COMMAND", b"VERSION"),
+        ("CNI_PATH", b"/opt/cni/bin")
+    ])));
+    assert!(is_plain_version(&env(&[
+        ("CNI_COMMAND", b"VERSION"),
+        ("CNI_ARGS", b""),
+        ("LANG", b"\xff")
+    ])));
+    assert!(!is_plain_version(&env(&[("CNI_COMMAND", b"ADD")])));
+    assert!(!is_plain_version(&env(&[
+        ("CNI_COMMAND", b"VERSION"),
+        ("CNI_ARGS", b"K8S_POD_NAME=x")
+    ])));
+    assert!(!is_plain_version(&env(&[
+        ("CNI_COMMAND", b"VERSION"),
+        ("CNI_IFNAME", b"\xff")
+    ])));
+    assert!(!is_plain_version(&env(&[])));
+}
+
+#[test]
+fn a_handed_over_answer_never_claims_success_or_holds_nul() {
+    assert!(matches!(
+        Handoff::decode("200\n{\"Result\":{}}"),
+        Handoff::Unanswered(_)
+    ));
+    assert!(matches!(Handoff::decode("204\n"), Handoff::Unanswered(_)));
+    let with_nul = Handoff::Answered {
+        status: 503,
+        body: "a\0b".into(),
+    };
+    assert_eq!(with_nul.encode().unwrap(), "503\nab");
+}

@@ -4,18 +4,18 @@
 //!   static clients run under their own names for what they cannot do themselves);
 //! * `weft-cni` — the static shim of crates/plugin-client, which this binary carries (compiled
 //!   by build.rs): it hands every call to the node agent;
-//! * `weft-ipam` — the static IPAM client of the same crate: it hands delegated calls to the
-//!   node agent and runs the weft binary as `weft-ipam` for the others.
+//! * `weft-ipam` — the same static executable as the IPAM client (it picks its role from its
+//!   name): it hands delegated calls to the node agent and runs the weft binary as `weft-ipam`
+//!   for the others.
 //!
 //! Every file is written under a temporary name and renamed into place, so a runtime exec'ing
 //! a plugin during an upgrade sees the old file or the new one, never half of one.
 
 use std::path::{Path, PathBuf};
 
-/// The installed `weft-ipam`: a statically linked executable.
-pub const IPAM_CLIENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/weft-ipam"));
-/// The installed `weft-cni`: a statically linked executable.
-pub const SHIM_CLIENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/weft-cni"));
+/// The installed `weft-cni` and `weft-ipam`: one statically linked executable, its role chosen
+/// by its name.
+pub const CLIENTS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/weft-plugins"));
 
 /// How the weft binary gets into the bin dir.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,15 +58,15 @@ pub fn install_cni(
         })?;
         installed.push(path);
     }
-    let mut clients = vec![(weft_plugin_client::shim::SHIM_NAME, SHIM_CLIENT)];
+    let mut clients = vec![weft_plugin_client::shim::SHIM_NAME];
     if ipam == IpamPlugin::Client {
-        clients.push((weft_plugin_client::PLUGIN_NAME, IPAM_CLIENT));
+        clients.push(weft_plugin_client::PLUGIN_NAME);
     }
-    for (name, executable) in clients {
+    for name in clients {
         let path = bin_dir.join(name);
         replace(&path, |temp| {
             use std::os::unix::fs::PermissionsExt;
-            std::fs::write(temp, executable)?;
+            std::fs::write(temp, CLIENTS)?;
             std::fs::set_permissions(temp, std::fs::Permissions::from_mode(0o755))
         })?;
         installed.push(path);
@@ -142,9 +142,7 @@ mod tests {
     #[test]
     fn the_carried_clients_are_static_executables() {
         assert_eq!(weft_plugin_client::full::FULL_BINARY, weft_meta::PASSTHRU_TYPE);
-        for elf in [IPAM_CLIENT, SHIM_CLIENT] {
-            assert_static(elf);
-        }
+        assert_static(CLIENTS);
     }
 
     fn assert_static(elf: &[u8]) {
@@ -182,8 +180,8 @@ mod tests {
                 .unwrap()
                 .is_symlink();
             assert_eq!(linked, how == FullBinary::Link);
-            assert_eq!(std::fs::read(bin.join("weft-cni")).unwrap(), SHIM_CLIENT);
-            assert_eq!(std::fs::read(bin.join("weft-ipam")).unwrap(), IPAM_CLIENT);
+            assert_eq!(std::fs::read(bin.join("weft-cni")).unwrap(), CLIENTS);
+            assert_eq!(std::fs::read(bin.join("weft-ipam")).unwrap(), CLIENTS);
             let mut left: Vec<_> = std::fs::read_dir(&bin)
                 .unwrap()
                 .map(|e| e.unwrap().file_name())
@@ -214,6 +212,6 @@ mod tests {
         for full in ["passthru", "weft-ipam"] {
             assert_eq!(std::fs::read(bin.join(full)).unwrap(), b"full weft", "{full}");
         }
-        assert_eq!(std::fs::read(bin.join("weft-cni")).unwrap(), SHIM_CLIENT);
+        assert_eq!(std::fs::read(bin.join("weft-cni")).unwrap(), CLIENTS);
     }
 }

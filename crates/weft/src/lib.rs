@@ -1,7 +1,8 @@
-//! weft: one multi-call binary. Invoked as `weft-cni` it is the CNI shim, as `weft-ipam` the
-//! full IPAM plugin (which the installed `weft-ipam` client runs, see `install`), as `passthru`
-//! the head of an auxiliary CNI chain; otherwise the CLI (node agent, controller, local
-//! cluster, inspection). The binary's `main` is [`run`]; everything else lives here.
+//! weft: one multi-call binary. Invoked as `weft-cni` it is the full CNI shim and as
+//! `weft-ipam` the full IPAM plugin (which the installed static `weft-cni` / `weft-ipam` client
+//! hands calls to, see `install`), as `passthru` the head of an auxiliary CNI chain; otherwise
+//! the CLI (node agent, controller, local cluster, inspection). The binary's `main` is [`run`];
+//! everything else lives here.
 
 pub mod admission;
 pub mod agent;

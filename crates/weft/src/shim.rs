@@ -210,6 +210,34 @@ mod tests {
     }
 
     #[test]
+    fn the_static_shims_version_reply_is_the_weft_binarys() {
+        use weft_cni::{CniVersion, VersionReply};
+        use weft_plugin_client::shim::{SUPPORTED_VERSIONS, version_reply};
+        let supported: Vec<String> = CniVersion::SUPPORTED.iter().map(ToString::to_string).collect();
+        assert_eq!(supported, SUPPORTED_VERSIONS);
+        let reply = |v| serde_json::to_vec(&VersionReply::new(v, &CniVersion::SUPPORTED)).unwrap();
+        for version in CniVersion::SUPPORTED {
+            let config = format!(r#"{{"cniVersion":"{version}","name":"weft","type":"weft-cni"}}"#);
+            assert_eq!(
+                version_reply(config.as_bytes()),
+                Some(reply(version)),
+                "{version}"
+            );
+        }
+        assert_eq!(version_reply(br#"{"name":"x"}"#), Some(reply(CniVersion::LATEST)));
+        // What it leaves to the weft binary.
+        for config in [
+            &br#"{"cniVersion":"9.9.9"}"#[..],
+            br#"{"cniVersion":null}"#,
+            br#"{"cniVersion":"1.0.0","cniVersion":"0.4.0"}"#,
+            br#"{"cniVersion":"1.0.0""#,
+            b"[]",
+        ] {
+            assert_eq!(version_reply(config), None, "{}", String::from_utf8_lossy(config));
+        }
+    }
+
+    #[test]
     fn non_utf8_variables_outside_cni_are_ignored() {
         let env = cni_env([
             (os(b"LANG"), os(b"en_\xff")),

@@ -534,6 +534,25 @@ fn attack_hostile_verbs_do_not_reach_metric_labels() {
         let (status, error) = parse_answer(&answer);
         assert_eq!(status, 400, "{error}");
         assert!(error["code"].is_u64(), "{error}");
+        // The same verb from the static shim's `/cni-call`.
+        let vars = [
+            ("CNI_COMMAND", verb.as_str()),
+            ("CNI_CONTAINERID", "x"),
+            ("CNI_IFNAME", "eth0"),
+        ];
+        let body = weft_plugin_client::wire::encode_call(
+            vars.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())),
+            br#"{"cniVersion":"1.0.0","name":"weft","type":"weft-cni"}"#,
+        );
+        let request = weft_plugin_client::http::post_request(
+            weft_plugin_client::wire::CNI_CALL_PATH,
+            weft_plugin_client::wire::CONTENT_TYPE,
+            &body,
+        );
+        let (_, answer) = raw(&node.socket(), &request, Duration::from_secs(20));
+        let (status, error) = parse_answer(&answer);
+        assert_eq!(status, 400, "{error}");
+        assert_eq!(error["cniVersion"], "1.0.0", "{error}");
     }
     let (_, answer) = raw(
         &node.socket(),
@@ -613,25 +632,34 @@ fn attack_huge_or_slow_requests_are_answered_within_the_timeout() {
         return;
     }
     let node = Node::start("atk-size", "", &["--read-timeout", "2"]);
-    // A body announced as 1 TB: refused before reading it.
-    let (took, answer) = raw(
+    // The weft binary's `/cni` and the static shim's `/cni-call` alike.
+    for path in ["/cni", "/cni-call"] {
+        // A body announced as 1 TB: refused before reading it.
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: weft\r\nContent-Type: application/json\r\nContent-Length: 1000000000000\r\n\r\n{{\"env\":"
+        );
+        let (took, answer) = raw(&node.socket(), request.as_bytes(), Duration::from_secs(15));
+        let (status, error) = parse_answer(&answer);
+        assert_eq!(status, 413, "{path}: {error}");
+        assert!(error["msg"].as_str().unwrap().contains("limit"), "{error}");
+        assert!(took < Duration::from_secs(10), "took {took:?}");
+        // A body that never arrives: answered at the read timeout.
+        let request = format!("POST {path} HTTP/1.1\r\nHost: weft\r\nContent-Length: 100\r\n\r\n{{\"env\":");
+        let (took, answer) = raw(&node.socket(), request.as_bytes(), Duration::from_secs(15));
+        let (status, error) = parse_answer(&answer);
+        assert_eq!(status, 408, "{path}: {error}");
+        assert!(took < Duration::from_secs(10), "took {took:?}");
+    }
+    // A `/cni-call` body that is not a call: a complete CNI error the static shim can print.
+    let (_, answer) = raw(
         &node.socket(),
-        b"POST /cni HTTP/1.1\r\nHost: weft\r\nContent-Type: application/json\r\nContent-Length: 1000000000000\r\n\r\n{\"env\":",
+        b"POST /cni-call HTTP/1.1\r\nHost: weft\r\nContent-Length: 7\r\nConnection: close\r\n\r\ngarbage",
         Duration::from_secs(15),
     );
     let (status, error) = parse_answer(&answer);
-    assert_eq!(status, 413, "{error}");
-    assert!(error["msg"].as_str().unwrap().contains("limit"), "{error}");
-    assert!(took < Duration::from_secs(10), "took {took:?}");
-    // A body that never arrives: answered at the read timeout.
-    let (took, answer) = raw(
-        &node.socket(),
-        b"POST /cni HTTP/1.1\r\nHost: weft\r\nContent-Length: 100\r\n\r\n{\"env\":",
-        Duration::from_secs(15),
-    );
-    let (status, error) = parse_answer(&answer);
-    assert_eq!(status, 408, "{error}");
-    assert!(took < Duration::from_secs(10), "took {took:?}");
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(error["code"], 6, "{error}");
+    assert_eq!(error["cniVersion"], "1.1.0", "{error}");
     // A head that never ends: the connection is closed at the read timeout.
     let (took, _) = raw(
         &node.socket(),

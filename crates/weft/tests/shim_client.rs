@@ -279,3 +279,46 @@ fn a_config_the_shim_cannot_read_is_reported_by_the_weft_binary_without_asking_t
     assert!(error["msg"].as_str().unwrap().contains("too large"), "{error}");
     assert!(received.lock().unwrap().is_empty(), "the agent was not asked");
 }
+
+#[test]
+fn version_needs_no_agent_and_no_weft_binary_and_other_names_run_the_weft_binary() {
+    let b = installed();
+    std::fs::remove_file(b.bin.join("passthru")).unwrap();
+    let stdin = config("0.4.0", &b.socket_dir);
+    // VERSION as libcni sends it (`CNI_ARGS` empty): answered by the static shim itself.
+    let mut child = Command::new(b.bin.join("weft-cni"))
+        .env_clear()
+        .env("CNI_COMMAND", "VERSION")
+        .env("CNI_ARGS", "")
+        .env("CNI_PATH", &b.bin)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&stdin).unwrap();
+    let version = child.wait_with_output().unwrap();
+    assert!(version.status.success(), "{}", text(&version));
+    assert_eq!(json(&version)["cniVersion"], "0.4.0");
+    // Without an agent and without the weft binary: a CNI error saying what is missing.
+    let add = shim(&b.bin, "ADD", &stdin);
+    assert_eq!(add.status.code(), Some(1), "{}", text(&add));
+    assert!(
+        json(&add)["details"].as_str().unwrap().contains("passthru"),
+        "{}",
+        text(&add)
+    );
+    // Under a name that is neither weft-cni nor weft-ipam: the weft binary, same arguments.
+    std::os::unix::fs::symlink(weft_bin(), b.bin.join("passthru")).unwrap();
+    std::os::unix::fs::symlink(b.bin.join("weft-cni"), b.bin.join("weft")).unwrap();
+    let out = Command::new(b.bin.join("weft"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(env!("CARGO_PKG_VERSION")),
+        "{}",
+        text(&out)
+    );
+}

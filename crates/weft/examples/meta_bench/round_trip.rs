@@ -14,8 +14,8 @@ use crate::{Agent, BUSYBOX, Netns, agent_mean_ms, agent_time, http, mean_ms, med
 /// The four subjects, interleaved.
 const SUBJECTS: [&str; 4] = [
     "`busybox true` (static, baseline)",
-    "`weft-cni` VERSION (answered by the shim itself, no agent)",
-    "`weft-cni` ADD of an unknown pod (agent round trip, no delegate)",
+    "the weft binary as `weft-cni`, the same ADD (the shim before 2026-12-04: JSON, `POST /cni`)",
+    "`weft-cni` ADD of an unknown pod (the static shim: agent round trip, no delegate)",
     "the same request in process (one `POST /cni` on a blocking socket, no exec)",
 ];
 
@@ -40,20 +40,14 @@ pub fn run(world: &World, agent: &Agent, iterations: usize) -> Result<()> {
                     ensure!(out.status.success(), "busybox true failed");
                     took
                 }
-                1 => {
-                    let env = world.env("VERSION", "", "", "ghost");
-                    let (took, out) = world.shim(agent, &env)?;
-                    ensure!(
-                        out.status.success(),
-                        "VERSION: {}",
-                        String::from_utf8_lossy(&out.stdout)
-                    );
-                    took
-                }
-                2 => {
+                1 | 2 => {
                     // The agent answers an ADD of a pod no store has with CNI error 11 (retry
                     // later), having run no delegate: the shim's round trip alone.
-                    let (took, out) = world.shim(agent, &env)?;
+                    let (took, out) = if subject == 1 {
+                        world.full_shim(agent, &env)?
+                    } else {
+                        world.shim(agent, &env)?
+                    };
                     let result: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
                     ensure!(
                         !out.status.success() && result["code"] == 11,
@@ -80,7 +74,7 @@ pub fn run(world: &World, agent: &Agent, iterations: usize) -> Result<()> {
             }
         }
     }
-    // Two of the four subjects were ADDs on the agent: split its time evenly between them.
+    // Three of the four subjects were ADDs on the agent: its mean time per ADD.
     let inside = agent_mean_ms(before, agent_time(agent, "ADD")?);
     ensure!(
         pod_ns.link_names()? == ["lo"],

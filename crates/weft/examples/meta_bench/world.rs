@@ -26,6 +26,8 @@ pub const POD_SETS: [&str; 5] = ["", "k1-", "k4-", "k1b-", "k4b-"];
 pub struct World {
     pub state: PathBuf,
     pub bin: PathBuf,
+    /// `weft-cni` here is the weft binary itself (part 2's comparison).
+    pub full_bin: PathBuf,
     pub weft: PathBuf,
     pub conf_dir: PathBuf,
     pub cluster_file: PathBuf,
@@ -89,6 +91,9 @@ impl World {
             .arg(&bin)
             .output()?;
         anyhow::ensure!(installed.status.success(), "weft install-cni: {installed:?}");
+        let full_bin = state.join("full-bin");
+        std::fs::create_dir_all(&full_bin)?;
+        std::os::unix::fs::symlink(&weft, full_bin.join("weft-cni"))?;
         let conf_dir = state.join("net.d");
         std::fs::create_dir_all(&conf_dir)?;
         let host_local = state.join("host-local");
@@ -140,6 +145,7 @@ impl World {
         Ok(Self {
             state: state.to_path_buf(),
             bin,
+            full_bin,
             weft,
             conf_dir,
             cluster_file,
@@ -277,6 +283,11 @@ impl World {
     /// Exec `weft-cni` as a runtime does; returns the wall time and the output.
     pub fn shim(&self, agent: &Agent, env: &BTreeMap<String, String>) -> Result<(Duration, Output)> {
         exec_wall(&self.bin.join("weft-cni"), &[], env, &agent.conf)
+    }
+
+    /// Exec the weft binary as `weft-cni` (the full shim, which the static one hands calls to).
+    pub fn full_shim(&self, agent: &Agent, env: &BTreeMap<String, String>) -> Result<(Duration, Output)> {
+        exec_wall(&self.full_bin.join("weft-cni"), &[], env, &agent.conf)
     }
 
     pub fn shim_ok(&self, agent: &Agent, env: &BTreeMap<String, String>) -> Result<Duration> {

@@ -24,7 +24,7 @@ pub fn delegate_env(agent: &Agent) -> Vec<(String, String)> {
     if let Some(identity) = &agent.store_identity {
         let socket = std::path::absolute(&agent.args.socket).unwrap_or_else(|_| agent.args.socket.clone());
         env.push((
-            weft_plugin_client::SOCKET_ENV.into(),
+            weft_plugin_client::IPAM_SOCKET_ENV.into(),
             socket.display().to_string(),
         ));
         env.push((crate::protocol::IPAM_DEFAULT_STORE_ENV.into(), identity.clone()));

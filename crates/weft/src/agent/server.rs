@@ -59,9 +59,10 @@ fn refused(refusal: Refusal) -> Response {
 }
 
 /// The refusal as a `/cni-call` or `/ipam` answer: a static client prints a 400's body as it
-/// is, so the error is complete (the config was not read: the newest version).
+/// is, so that error is complete (the config was not read: the newest version); other statuses
+/// go to the weft binary, which writes them in the config's version.
 fn refused_raw((status, mut error): Refusal) -> Response {
-    if error.cni_version.is_empty() {
+    if status == StatusCode::BAD_REQUEST && error.cni_version.is_empty() {
         error.cni_version = weft_cni::CniVersion::LATEST.to_string();
     }
     cni_error_with(status, error)
