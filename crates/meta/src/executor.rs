@@ -401,13 +401,7 @@ impl<'a, E: PluginExec> Executor<'a, E> {
         let result = delegate
             .add(self.cni, &runtime_conf(request, plan, plan.add_cni_args()))
             .map_err(|e: DelegateError| AddFailure {
-                no_slot: matches!(
-                    e,
-                    DelegateError::Exec {
-                        source: weft_cni::runtime::exec::ExecError::NoSlot { .. },
-                        ..
-                    }
-                ),
+                no_slot: e.is_no_slot(),
                 message: e.to_string(),
             })?;
         let touched = !result.interfaces.is_empty() || !result.ips.is_empty();

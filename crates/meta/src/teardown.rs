@@ -13,7 +13,8 @@ pub fn rollback_order(failed: usize) -> Vec<usize> {
 /// The delegates to DEL after a failed ADD, last to first: exactly those whose ADD succeeded
 /// (`succeeded[i]`). A failed delegate is not DELeted: it made nothing this ADD may claim, and
 /// its interface name may be another container's (a shared namespace; the name being taken is
-/// why its ADD failed), which its DEL would remove. Plugins clean up their own failed ADD.
+/// why its ADD failed), which its DEL would remove. Plugins clean up their own failed ADD, and
+/// a conflist delegate undoes its earlier plugins itself (`weft_cni::CniRuntime::add`).
 pub fn rollback_targets(succeeded: &[bool]) -> Vec<usize> {
     (0..succeeded.len()).rev().filter(|i| succeeded[*i]).collect()
 }

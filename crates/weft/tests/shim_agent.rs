@@ -277,6 +277,49 @@ spec:
 
 #[test]
 #[ignore = "needs root: scripts/test.sh runs it as root"]
+fn shim_agent_a_conflist_whose_later_plugin_fails_leaves_nothing_behind() {
+    if !root_or_skip("shim_agent_a_conflist_whose_later_plugin_fails_leaves_nothing_behind") {
+        return;
+    }
+    // bridge + weft-ipam attach and allocate; tuning then fails (no such sysctl): the list's
+    // ADD undoes bridge (its veth, its address), the meta-plugin rolls back eth0.
+    let chain = r#"
+---
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata: {name: chain, namespace: default}
+spec:
+  config: '{"cniVersion":"1.0.0","name":"chain","plugins":[{"type":"bridge","bridge":"br-chain","ipam":{"type":"weft-ipam","range":"192.168.79.0/24","stateDir":"{state}"}},{"type":"tuning","sysctl":{"net.ipv4.conf.IFNAME.no_such_knob":"1"}}]}'
+"#;
+    let manifests = chain.to_string() + &pod_manifest("default", "web", "chain@chain0");
+    let node = Node::start("cl", &manifests, serde_json::json!({}));
+    let pod = Netns::new("cl-pod");
+    let node_links_before = node._node.links();
+    let add = node.shim("ADD", &pod, "default", "web");
+    assert!(!add.status.success(), "ADD must fail: {}", text(&add));
+    let error: serde_json::Value = serde_json::from_slice(&add.stdout).expect("CNI error on stdout");
+    assert!(error["msg"].as_str().unwrap_or("").contains("chain"), "{error}");
+    assert_eq!(pod.links(), vec!["lo".to_string()], "chain0 and eth0 undone");
+    let list = weft(node.state(), &["ipam", "list"]);
+    assert!(
+        !String::from_utf8_lossy(&list.stdout).contains("192.168.79."),
+        "bridge's address was released by the undo:\n{}\n{}",
+        text(&list),
+        node.log()
+    );
+    let leftover: Vec<String> = node
+        ._node
+        .links()
+        .into_iter()
+        .filter(|l| !node_links_before.contains(l) && l.starts_with("veth"))
+        .collect();
+    assert!(leftover.is_empty(), "no host-side veth left: {leftover:?}");
+    let del = node.shim("DEL", &pod, "default", "web");
+    assert!(del.status.success(), "{}", text(&del));
+}
+
+#[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn shim_agent_hotplug_follows_the_networks_annotation() {
     if !root_or_skip("shim_agent_hotplug_follows_the_networks_annotation") {
         return;

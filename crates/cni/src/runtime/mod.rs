@@ -112,14 +112,45 @@ pub enum DelegateError {
     /// Several plugins failed (DEL and GC keep going and report all).
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Multiple(Vec<DelegateError>),
+    /// A list's ADD failed, and DELeting the plugins before the failing one failed too: what
+    /// they attached may still be there.
+    #[error("{add}; undoing the plugins before it failed: {undo}")]
+    Undo {
+        /// The ADD failure.
+        add: Box<DelegateError>,
+        /// The undo's failures.
+        undo: Box<DelegateError>,
+    },
 }
 
 impl DelegateError {
+    /// Whether the plugin found no free slot under the node's bound
+    /// ([`exec::ExecError::NoSlot`]), also behind an [`DelegateError::Undo`].
+    pub fn is_no_slot(&self) -> bool {
+        match self {
+            Self::Exec {
+                source: exec::ExecError::NoSlot { .. },
+                ..
+            } => true,
+            Self::Undo { add, .. } => add.is_no_slot(),
+            _ => false,
+        }
+    }
+
     /// The error as a CNI error for a runtime: a plugin's own error keeps its code (so
     /// STATUS codes 50/51 pass through), version problems are code 1, the rest code 100.
     pub fn to_cni_error(&self) -> CniError {
         match self {
             Self::Plugin { error, .. } => error.clone(),
+            Self::Undo { add, undo } => {
+                let mut error = add.to_cni_error();
+                let undo = format!("undoing the plugins before it failed: {undo}");
+                error.details = match error.details.is_empty() {
+                    true => undo,
+                    false => format!("{}; {undo}", error.details),
+                };
+                error
+            }
             Self::Incompatible { .. } => CniError::new(codes::INCOMPATIBLE_VERSION, self.to_string()),
             Self::Multiple(errors) if errors.len() == 1 => errors[0].to_cni_error(),
             _ => CniError::new(codes::DELEGATE_FAILED, self.to_string()),
@@ -229,28 +260,63 @@ impl<E: PluginExec> CniRuntime<E> {
 
     /// ADD: runs the plugins in order, each receiving the previous one's result as
     /// `prevResult`; returns the last result, canonical, with `cniVersion` = the list's.
-    /// Nothing is rolled back on failure: call [`CniRuntime::del`] (DEL is idempotent).
+    ///
+    /// When a plugin after the first fails, the plugins before it are DELeted, last to first,
+    /// with the result they made as `prevResult` ([`plan::undo_targets`]): what this ADD
+    /// attached is not left behind (libcni leaves that to the runtime's DEL, which a
+    /// meta-plugin that rolls a failed delegate back never sends it). The failing plugin is not
+    /// DELeted: it cleans up its own failed ADD. An undo that fails too is reported in
+    /// [`DelegateError::Undo`].
     pub fn add(&self, list: &NetworkConfigList, runtime: &RuntimeConf) -> Result<CniResult, DelegateError> {
         let mut previous: Option<CniResult> = None;
-        for plugin in list.plugins() {
-            let (binary, version) = self.prepare(list, plugin)?;
-            let prev_value = previous
-                .as_ref()
-                .map(|result| self.result_for(plugin, CniCommand::Add, result, version))
-                .transpose()?;
-            let stdin =
-                plan::plugin_stdin(list.name(), version, plugin, prev_value, &runtime.capability_args);
-            let stdout = self.invoke(plugin, CniCommand::Add, &binary, Some(runtime), &stdin)?;
-            let result = parse_result(&stdout).map_err(|source| DelegateError::Result {
-                plugin: plugin.plugin_type().into(),
-                command: CniCommand::Add,
-                source,
-            })?;
-            previous = Some(result);
+        for (index, plugin) in list.plugins().iter().enumerate() {
+            match self.add_plugin(list, plugin, runtime, previous.as_ref()) {
+                Ok(result) => previous = Some(result),
+                Err(error) => {
+                    let undo: Vec<DelegateError> = plan::undo_targets(index)
+                        .into_iter()
+                        .filter_map(|i| {
+                            let cached = previous
+                                .as_ref()
+                                .filter(|_| list.cni_version() >= CniVersion::V0_4_0);
+                            self.run_with_cached(list, &list.plugins()[i], CniCommand::Del, runtime, cached)
+                                .err()
+                        })
+                        .collect();
+                    return match collect_errors(undo) {
+                        Ok(()) => Err(error),
+                        Err(undo) => Err(DelegateError::Undo {
+                            add: Box::new(error),
+                            undo: Box::new(undo),
+                        }),
+                    };
+                }
+            }
         }
         let mut result = previous.expect("a list has at least one plugin");
         result.cni_version = list.cni_version().to_string();
         Ok(result)
+    }
+
+    /// One plugin's ADD with the previous plugin's result.
+    fn add_plugin(
+        &self,
+        list: &NetworkConfigList,
+        plugin: &NetworkConfig,
+        runtime: &RuntimeConf,
+        previous: Option<&CniResult>,
+    ) -> Result<CniResult, DelegateError> {
+        let (binary, version) = self.prepare(list, plugin)?;
+        let prev_value = previous
+            .map(|result| self.result_for(plugin, CniCommand::Add, result, version))
+            .transpose()?;
+        let stdin = plan::plugin_stdin(list.name(), version, plugin, prev_value, &runtime.capability_args);
+        let stdout = self.invoke(plugin, CniCommand::Add, &binary, Some(runtime), &stdin)?;
+        parse_result(&stdout).map_err(|source| DelegateError::Result {
+            plugin: plugin.plugin_type().into(),
+            command: CniCommand::Add,
+            source,
+        })
     }
 
     /// DEL: runs the plugins in reverse order, each receiving `cached` (the ADD result) as

@@ -83,6 +83,12 @@ pub fn plugin_env(
     env
 }
 
+/// The plugins of a list to DEL after plugin `failed`'s ADD failed: those before it, last to
+/// first (the failing plugin cleans up its own ADD).
+pub fn undo_targets(failed: usize) -> Vec<usize> {
+    (0..failed).rev().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -222,6 +222,88 @@ fn add_failure_carries_the_plugin_error_and_stderr() {
 }
 
 #[test]
+fn a_failed_plugin_after_the_first_undoes_the_plugins_before_it() {
+    let mut fake = Fake::default();
+    fake.fail.insert(
+        ("portmap".into(), "ADD".into()),
+        json!({"cniVersion": "1.0.0", "code": 11, "msg": "busy"}),
+    );
+    let cni = runtime(fake);
+    let err = cni.add(&chain("1.0.0"), &runtime_conf()).unwrap_err();
+    assert!(
+        matches!(&err, DelegateError::Plugin { plugin, .. } if plugin == "portmap"),
+        "{err}"
+    );
+    assert_eq!(err.to_cni_error().code, 11, "the plugin's own code");
+    let dels = cni.executor().calls_of("DEL");
+    assert_eq!(
+        dels.iter().map(|c| c.plugin.as_str()).collect::<Vec<_>>(),
+        ["tuning", "bridge"],
+        "last to first, not the failing plugin"
+    );
+    for del in &dels {
+        // What the plugins before the failing one made: bridge's and tuning's addresses.
+        assert_eq!(
+            del.stdin["prevResult"]["ips"].as_array().unwrap().len(),
+            2,
+            "{}",
+            del.stdin
+        );
+        assert_eq!(del.env["CNI_IFNAME"], "net1");
+    }
+    // Before 0.4.0 a DEL gets no prevResult, as any DEL of that version.
+    let mut fake = Fake::default();
+    fake.fail
+        .insert(("tuning".into(), "ADD".into()), json!({"code": 7, "msg": "bad"}));
+    let cni = runtime(fake);
+    cni.add(&chain("0.3.1"), &runtime_conf()).unwrap_err();
+    let dels = cni.executor().calls_of("DEL");
+    assert_eq!(dels.len(), 1);
+    assert!(dels[0].stdin.get("prevResult").is_none(), "{}", dels[0].stdin);
+}
+
+#[test]
+fn a_failed_first_plugin_is_not_undone_and_a_failed_undo_is_reported() {
+    let mut fake = Fake::default();
+    fake.fail.insert(
+        ("bridge".into(), "ADD".into()),
+        json!({"code": 7, "msg": "name taken"}),
+    );
+    let cni = runtime(fake);
+    cni.add(&chain("1.0.0"), &runtime_conf()).unwrap_err();
+    assert!(
+        cni.executor().calls_of("DEL").is_empty(),
+        "the first plugin made nothing"
+    );
+
+    let mut fake = Fake::default();
+    fake.fail.insert(
+        ("portmap".into(), "ADD".into()),
+        json!({"code": 11, "msg": "busy"}),
+    );
+    fake.fail.insert(
+        ("bridge".into(), "DEL".into()),
+        json!({"code": 5, "msg": "cannot"}),
+    );
+    let cni = runtime(fake);
+    let err = cni.add(&chain("1.0.0"), &runtime_conf()).unwrap_err();
+    let DelegateError::Undo { add, undo } = &err else {
+        panic!("{err}")
+    };
+    assert!(matches!(**add, DelegateError::Plugin { .. }), "{add}");
+    assert!(undo.to_string().contains("cannot"), "{undo}");
+    let cni_error = err.to_cni_error();
+    assert_eq!(cni_error.code, 11, "still the ADD's code");
+    assert!(cni_error.details.contains("undoing"), "{cni_error:?}");
+    assert_eq!(
+        cni.executor().calls_of("DEL").len(),
+        2,
+        "the undo keeps going: tuning, bridge"
+    );
+    assert!(!err.is_no_slot());
+}
+
+#[test]
 fn del_runs_in_reverse_with_cached_result_and_collects_errors() {
     let mut fake = Fake::default();
     fake.fail
