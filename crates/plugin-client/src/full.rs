@@ -4,7 +4,15 @@
 //! The client *becomes* it (execve), so the runtime's process is the one doing the work: a
 //! runtime that kills a plugin on its timeout kills it, and no second process outlives the
 //! call holding the runtime's stdout. A client that already read stdin hands the bytes over in
-//! an anonymous in-memory file (`memfd_create`) as the new stdin.
+//! an anonymous in-memory file (`memfd_create`), or where there is none in a pipe made large
+//! enough, as the new stdin.
+//!
+//! The weft binary is looked for next to the path the runtime ran the client by (`argv[0]`, a
+//! full path as libcni gives it: a client installed as a symbolic link finds the `passthru` of
+//! the bin dir, not of the link's target), else next to the executable itself. Every hand-over
+//! sets [`HANDOFF_ENV`], which the weft binary drops at start: a client that finds it set was
+//! handed a call by a client, so `passthru` is not the weft binary, and it says so instead of
+//! handing the call on forever.
 
 use std::fmt;
 use std::fs::File;
@@ -18,6 +26,23 @@ use std::process::Command;
 /// (the head of an auxiliary chain) by `weft install-cni` anyway, so the clients need no file of
 /// their own for it.
 pub const FULL_BINARY: &str = "passthru";
+/// Set for the weft binary by every hand-over (see the module documentation).
+pub const HANDOFF_ENV: &str = "WEFT_PLUGIN_HANDOFF";
+
+/// The path the runtime ran this client by (`argv[0]`), when it names a file.
+static INVOKED_AS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Remember `argv0` for [`path`] (called once, by `main`).
+pub fn set_invoked_as(argv0: &std::ffi::OsStr) {
+    if argv0.as_encoded_bytes().contains(&b'/') {
+        let _ = INVOKED_AS.set(PathBuf::from(argv0));
+    }
+}
+
+/// Whether this process was handed a call by a client (see [`HANDOFF_ENV`]).
+pub fn handed_over() -> bool {
+    std::env::var_os(HANDOFF_ENV).is_some()
+}
 
 /// Why the weft binary could not be run.
 #[derive(Debug)]
@@ -30,6 +55,8 @@ pub enum FullError {
     Stdin(std::io::Error),
     /// execve failed.
     Exec(PathBuf, std::io::Error),
+    /// The `passthru` next to the client handed the call back: it is not the weft binary.
+    Loop,
 }
 
 impl fmt::Display for FullError {
@@ -43,15 +70,31 @@ impl fmt::Display for FullError {
             ),
             Self::Stdin(e) => write!(f, "cannot hand the config over: {e}"),
             Self::Exec(path, e) => write!(f, "{}: {e}", path.display()),
+            Self::Loop => write!(
+                f,
+                "{FULL_BINARY} next to this plugin handed the call back: it is not the weft binary (reinstall with `weft install-cni`)"
+            ),
         }
     }
 }
 
 impl std::error::Error for FullError {}
 
-/// The weft binary next to the running client.
+/// The weft binary next to the running client: beside the path it was run by, else beside the
+/// executable.
 pub fn path() -> Result<PathBuf, FullError> {
+    if let Some(invoked) = INVOKED_AS.get() {
+        let full = invoked.with_file_name(FULL_BINARY);
+        if full.exists() {
+            return Ok(full);
+        }
+    }
     let me = std::env::current_exe().map_err(FullError::NoSelf)?;
+    path_in(&me)
+}
+
+/// The weft binary next to `me`.
+fn path_in(me: &std::path::Path) -> Result<PathBuf, FullError> {
     let full = me.with_file_name(FULL_BINARY);
     if full.exists() {
         Ok(full)
@@ -62,9 +105,16 @@ pub fn path() -> Result<PathBuf, FullError> {
 
 /// Become the weft binary as `name` with `args`, stdin untouched; returns only on failure.
 pub fn exec(name: &str, args: impl IntoIterator<Item = std::ffi::OsString>) -> FullError {
+    if handed_over() {
+        return FullError::Loop;
+    }
     match path() {
         Ok(full) => {
-            let e = Command::new(&full).arg0(name).args(args).exec();
+            let e = Command::new(&full)
+                .arg0(name)
+                .args(args)
+                .env(HANDOFF_ENV, "1")
+                .exec();
             FullError::Exec(full, e)
         }
         Err(e) => e,
@@ -74,16 +124,22 @@ pub fn exec(name: &str, args: impl IntoIterator<Item = std::ffi::OsString>) -> F
 /// Become the weft binary as `name` with `stdin` (the bytes already read) as its stdin, without
 /// the variables `remove` and with `set`; returns only on failure.
 pub fn exec_with(name: &str, stdin: &[u8], remove: &[&str], set: &[(&str, &str)]) -> FullError {
+    if handed_over() {
+        return FullError::Loop;
+    }
     let full = match path() {
         Ok(full) => full,
         Err(e) => return e,
     };
-    let input = match memfd(stdin) {
-        Ok(input) => input,
-        Err(e) => return FullError::Stdin(e),
+    let input: std::process::Stdio = match memfd(stdin) {
+        Ok(file) => file.into(),
+        Err(_) => match pipe_holding(stdin) {
+            Ok(reader) => reader.into(),
+            Err(e) => return FullError::Stdin(e),
+        },
     };
     let mut command = Command::new(&full);
-    command.arg0(name).stdin(input);
+    command.arg0(name).stdin(input).env(HANDOFF_ENV, "1");
     for key in remove {
         command.env_remove(key);
     }
@@ -97,6 +153,27 @@ pub fn exec_with(name: &str, stdin: &[u8], remove: &[&str], set: &[(&str, &str)]
 unsafe extern "C" {
     /// glibc's wrapper of memfd_create(2) (Linux 3.17, glibc 2.27); std links libc anyway.
     fn memfd_create(name: *const std::ffi::c_char, flags: std::ffi::c_uint) -> std::ffi::c_int;
+    /// fcntl(2), for a pipe's capacity.
+    fn fcntl(fd: std::ffi::c_int, cmd: std::ffi::c_int, ...) -> std::ffi::c_int;
+}
+
+/// A pipe whose read end holds `bytes` (its capacity raised to fit them first: a write to a pipe
+/// nobody reads yet must not block), for a kernel without memfd_create.
+fn pipe_holding(bytes: &[u8]) -> std::io::Result<std::io::PipeReader> {
+    use std::os::fd::AsRawFd;
+    const F_SETPIPE_SZ: std::ffi::c_int = 1031;
+    let (reader, mut writer) = std::io::pipe()?;
+    let wanted = std::ffi::c_int::try_from(bytes.len().max(4096)).unwrap_or(std::ffi::c_int::MAX);
+    // SAFETY: a valid descriptor and F_SETPIPE_SZ with an int argument.
+    let capacity = unsafe { fcntl(writer.as_raw_fd(), F_SETPIPE_SZ, wanted) };
+    if capacity < 0 || (capacity as usize) < bytes.len() {
+        return Err(std::io::Error::other(format!(
+            "a pipe cannot hold the {} bytes of the config",
+            bytes.len()
+        )));
+    }
+    writer.write_all(bytes)?;
+    Ok(reader)
 }
 
 /// An anonymous file holding `bytes`, positioned at its start, closed on exec (the copy the

@@ -1,21 +1,22 @@
-//! weft's CNI plugins as installed in the CNI bin dir: small, statically linked clients of the
-//! node agent, each a `main` of this crate compiled by crates/weft/build.rs.
+//! weft's CNI plugins as installed in the CNI bin dir: one small, statically linked client of
+//! the node agent (src/main.rs, compiled by crates/weft/build.rs), installed as `weft-cni` and
+//! `weft-ipam` and choosing its role by the name it runs under ([`main`]).
 //!
 //! * `weft-cni` ([`shim`]): the meta-plugin's shim. It sends the runtime's call (its `CNI_*`
 //!   variables and stdin, untouched) to the agent's [`wire::CNI_CALL_PATH`] and prints the
-//!   agent's answer as its own; the agent decodes the config, answers VERSION, runs the call
-//!   and writes the result in the config's version.
+//!   agent's answer as its own; the agent decodes the config, runs the call and writes the
+//!   result in the config's version. A plain VERSION it answers itself.
 //! * `weft-ipam` ([`run`]): the IPAM plugin. The node agent keeps the IPAM store open and gives
 //!   every delegate it runs the variable [`IPAM_SOCKET_ENV`]. Run with it, this client sends the call
 //!   to the agent's [`wire::PATH`] and prints the agent's answer as its own.
 //!
 //! Whatever a client cannot do itself — no agent to ask, a call the agent declines, an answer
-//! that needs a CNI error written in the config's version — it hands to the full plugin: the
-//! weft multi-call binary installed next to it ([`full::FULL_BINARY`]) run under the client's
-//! name, which does the call (or writes the error) itself.
+//! that needs a CNI error written in the config's version — it hands to the full plugin: it
+//! becomes (execve) the weft multi-call binary installed next to it ([`full::FULL_BINARY`])
+//! under its own name, which does the call (or writes the error) itself.
 //!
-//! Why separate executables: a CNI plugin is exec'd once per call, so its start-up is most of
-//! its cost. These use std only and are linked statically (no dynamic loader, no shared
+//! Why a separate executable: a CNI plugin is exec'd once per call, so its start-up is most of
+//! its cost. This one uses std only and is linked statically (no dynamic loader, no shared
 //! libraries to map and relocate), which is what makes a call several times cheaper than
 //! starting the full binary (figures in docs/benchmarks.md). It is also why the crate has no
 //! dependencies: its build is a plain `rustc` call from crates/weft/build.rs.
@@ -112,11 +113,26 @@ fn run_full_plugin(stdin: &[u8]) -> ExitCode {
 /// `weft-ipam` or `passthru` still gets what it asked for).
 pub fn main(mut args: impl Iterator<Item = OsString>) -> ExitCode {
     let argv0 = args.next().unwrap_or_default();
-    let name = Path::new(&argv0)
+    full::set_invoked_as(&argv0);
+    let from_exe = || {
+        std::env::current_exe()
+            .ok()
+            .and_then(|p| p.file_name().map(OsString::from))
+    };
+    let file_name = Path::new(&argv0)
         .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or_default()
-        .to_string();
+        .map(OsString::from)
+        .or_else(from_exe)
+        .unwrap_or_default();
+    let name = file_name.to_str().unwrap_or_default().to_string();
+    if full::handed_over() {
+        // A client handed this call to `passthru`, and `passthru` is a client.
+        return report(&wire::cni_error(
+            IO_FAILURE,
+            "cannot run the weft binary",
+            &full::FullError::Loop.to_string(),
+        ));
+    }
     match name.as_str() {
         shim::SHIM_NAME => shim::run(),
         PLUGIN_NAME => run(),

@@ -30,6 +30,10 @@ use std::process::ExitCode;
 
 /// The multi-call entry point: dispatch on the name the binary was invoked as (argv[0]).
 pub fn run() -> ExitCode {
+    // The static clients' hand-over marker is for the clients only (weft_plugin_client::full):
+    // it must not reach this process's own children (the agent's delegates run the clients).
+    // SAFETY: first thing in main, before any thread exists.
+    unsafe { std::env::remove_var(weft_plugin_client::full::HANDOFF_ENV) };
     let argv0 = std::env::args_os().next().unwrap_or_default();
     let name = std::path::Path::new(&argv0)
         .file_name()

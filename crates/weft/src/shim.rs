@@ -215,16 +215,26 @@ mod tests {
         use weft_plugin_client::shim::{SUPPORTED_VERSIONS, version_reply};
         let supported: Vec<String> = CniVersion::SUPPORTED.iter().map(ToString::to_string).collect();
         assert_eq!(supported, SUPPORTED_VERSIONS);
+        // What the weft binary prints for VERSION of a config.
+        let printed = |config: &[u8]| {
+            let lookup = |key: &str| (key == "CNI_COMMAND").then(|| "VERSION".to_string());
+            match weft_cni::plugin::decode(&CniVersion::SUPPORTED, lookup, config) {
+                weft_cni::plugin::Decoded::Answered(outcome) => outcome.stdout,
+                weft_cni::plugin::Decoded::Request(_) => panic!("VERSION is answered"),
+            }
+        };
         let reply = |v| serde_json::to_vec(&VersionReply::new(v, &CniVersion::SUPPORTED)).unwrap();
         for version in CniVersion::SUPPORTED {
             let config = format!(r#"{{"cniVersion":"{version}","name":"weft","type":"weft-cni"}}"#);
             assert_eq!(
                 version_reply(config.as_bytes()),
-                Some(reply(version)),
+                Some(printed(config.as_bytes())),
                 "{version}"
             );
+            assert_eq!(printed(config.as_bytes()), reply(version));
         }
-        assert_eq!(version_reply(br#"{"name":"x"}"#), Some(reply(CniVersion::LATEST)));
+        let none = br#"{"name":"x"}"#;
+        assert_eq!(version_reply(none), Some(printed(none)));
         // What it leaves to the weft binary.
         for config in [
             &br#"{"cniVersion":"9.9.9"}"#[..],

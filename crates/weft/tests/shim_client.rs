@@ -322,3 +322,52 @@ fn version_needs_no_agent_and_no_weft_binary_and_other_names_run_the_weft_binary
         text(&out)
     );
 }
+
+#[test]
+fn refusals_before_the_call_was_read_are_written_in_the_configs_version() {
+    let b = installed();
+    // As the agent answers them (server.rs `refused_raw`): no version, the weft binary's to add.
+    let too_large = r#"{"cniVersion":"","code":7,"msg":"request body too large (limit 1 bytes)"}"#;
+    let too_slow = r#"{"cniVersion":"","code":5,"msg":"request body not received within 2s"}"#;
+    let received = scripted_agent(
+        &b.socket_dir.join("weft.sock"),
+        vec![
+            http("413 Payload Too Large", too_large),
+            http("408 Request Timeout", too_slow),
+        ],
+    );
+    let stdin = config("0.3.1", &b.socket_dir);
+    for code in [7, 5] {
+        let add = shim(&b.bin, "ADD", &stdin);
+        let error = json(&add);
+        assert_eq!(error["code"], code, "{error}");
+        assert_eq!(error["cniVersion"], "0.3.1", "{error}");
+    }
+    assert_eq!(received.lock().unwrap().len(), 2);
+}
+
+#[test]
+fn a_client_run_by_a_link_finds_the_weft_binary_beside_the_link() {
+    let b = installed();
+    // A bin dir of links into a package dir that has no `passthru`: the runtime's path counts.
+    let package = b._dir.path().join("package");
+    std::fs::create_dir(&package).unwrap();
+    std::fs::rename(b.bin.join("weft-cni"), package.join("weft-cni")).unwrap();
+    std::os::unix::fs::symlink(package.join("weft-cni"), b.bin.join("weft-cni")).unwrap();
+    let add = shim(&b.bin, "ADD", &config("1.0.0", &b.socket_dir));
+    let error = json(&add);
+    assert_eq!(error["code"], 101, "the weft binary reported no agent: {error}");
+}
+
+#[test]
+fn a_passthru_that_is_not_the_weft_binary_is_reported_not_looped() {
+    let b = installed();
+    std::fs::remove_file(b.bin.join("passthru")).unwrap();
+    std::fs::copy(b.bin.join("weft-cni"), b.bin.join("passthru")).unwrap();
+    let started = std::time::Instant::now();
+    let add = shim(&b.bin, "ADD", &config("1.0.0", &b.socket_dir));
+    assert_eq!(add.status.code(), Some(1), "{}", text(&add));
+    let details = json(&add)["details"].as_str().unwrap_or_default().to_string();
+    assert!(details.contains("not the weft binary"), "{}", text(&add));
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
