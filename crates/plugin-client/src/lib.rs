@@ -61,12 +61,7 @@ pub fn run() -> ExitCode {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let body = wire::encode_call(env.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())), &stdin);
     match ask_agent(Path::new(&socket), &body) {
-        Answer::Print { stdout, exit_code } => {
-            let mut out = std::io::stdout().lock();
-            // A runtime that closed our stdout cannot be told more; the exit code still is.
-            let _ = out.write_all(&stdout).and_then(|()| out.flush());
-            ExitCode::from(exit_code)
-        }
+        Answer::Print { stdout, exit_code } => print(&stdout, exit_code),
         Answer::Fallback(reason) => {
             eprintln!("weft-ipam: {reason}; running the weft binary as {PLUGIN_NAME}");
             run_full_plugin(&stdin)
@@ -144,9 +139,15 @@ pub fn main(mut args: impl Iterator<Item = OsString>) -> ExitCode {
     }
 }
 
+/// Print `stdout` and exit with `exit_code`.
+pub(crate) fn print(stdout: &[u8], exit_code: u8) -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    // A runtime that closed our stdout cannot be told more; the exit code still is.
+    let _ = out.write_all(stdout).and_then(|()| out.flush());
+    ExitCode::from(exit_code)
+}
+
 /// Print `error` (a CNI error object) and exit 1.
 pub(crate) fn report(error: &[u8]) -> ExitCode {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(error).and_then(|()| out.flush());
-    ExitCode::from(1)
+    print(error, 1)
 }

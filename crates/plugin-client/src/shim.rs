@@ -21,7 +21,7 @@
 //!   without sending the call again.
 
 use std::ffi::OsString;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -174,19 +174,15 @@ pub fn next(socket: &Path, exchanged: Result<Vec<u8>, ExchangeError>) -> Next {
             )));
         }
     };
-    let unreadable = |why: String| {
-        Next::Full(Handoff::Unanswered(format!(
-            "{why} from the agent on {}",
-            socket.display()
-        )))
-    };
-    let response = match http::parse_response(&response) {
+    let response = match wire::read_response(&response) {
         Ok(response) => response,
-        Err(e) => return unreadable(e.to_string()),
+        Err(why) => {
+            return Next::Full(Handoff::Unanswered(format!(
+                "{why} from the agent on {}",
+                socket.display()
+            )));
+        }
     };
-    if let Some(encoding) = &response.transfer_encoding {
-        return unreadable(format!("unexpected transfer-encoding {encoding}"));
-    }
     match response.status {
         200 => Next::Print {
             stdout: response.body,
@@ -231,9 +227,7 @@ pub fn run() -> ExitCode {
     if is_plain_version(&env)
         && let Some(reply) = version_reply(&stdin)
     {
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(&reply).and_then(|()| out.flush());
-        return ExitCode::SUCCESS;
+        return crate::print(&reply, 0);
     }
     let Ok(socket) = socket_path(std::env::var_os(SOCKET_ENV), &stdin) else {
         return hand_off(&stdin, &Handoff::Call);
@@ -241,12 +235,7 @@ pub fn run() -> ExitCode {
     let body = wire::encode_call(env.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())), &stdin);
     let request = http::post_request(wire::CNI_CALL_PATH, wire::CONTENT_TYPE, &body);
     match next(&socket, http::exchange(&socket, &request, ANSWER_TIMEOUT)) {
-        Next::Print { stdout, exit_code } => {
-            let mut out = std::io::stdout().lock();
-            // A runtime that closed our stdout cannot be told more; the exit code still is.
-            let _ = out.write_all(&stdout).and_then(|()| out.flush());
-            ExitCode::from(exit_code)
-        }
+        Next::Print { stdout, exit_code } => crate::print(&stdout, exit_code),
         Next::Full(handoff) => hand_off(&stdin, &handoff),
     }
 }

@@ -127,13 +127,10 @@ pub enum Answer {
 /// `200` is a success to print, `400` with a JSON body a CNI error to print, anything else
 /// (declined, an older agent, a truncated or unreadable response) a fallback.
 pub fn read_answer(response: &[u8]) -> Answer {
-    let response = match crate::http::parse_response(response) {
+    let response = match read_response(response) {
         Ok(response) => response,
-        Err(e) => return Answer::Fallback(format!("{e} from the agent")),
+        Err(why) => return Answer::Fallback(format!("{why} from the agent")),
     };
-    if let Some(encoding) = &response.transfer_encoding {
-        return Answer::Fallback(format!("unexpected transfer-encoding {encoding} from the agent"));
-    }
     let (status, body) = (response.status, response.body);
     match status {
         200 => Answer::Print {
@@ -146,6 +143,16 @@ pub fn read_answer(response: &[u8]) -> Answer {
         },
         STATUS_NOT_SERVED => Answer::Fallback("the agent does not serve this config's store".into()),
         other => Answer::Fallback(format!("the agent answered HTTP {other}")),
+    }
+}
+
+/// The agent's complete response, read: an error saying why it cannot be used (unreadable,
+/// or a transfer encoding the agent never sends). Both clients read answers with it.
+pub fn read_response(response: &[u8]) -> Result<crate::http::Response, String> {
+    let response = crate::http::parse_response(response).map_err(|e| e.to_string())?;
+    match &response.transfer_encoding {
+        Some(encoding) => Err(format!("unexpected transfer-encoding {encoding}")),
+        None => Ok(response),
     }
 }
 

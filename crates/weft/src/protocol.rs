@@ -75,6 +75,17 @@ impl CniRequest {
     }
 }
 
+/// ADD's result as the agent answered it (`CniResponse::result`), read as a CNI result: both
+/// shims' answer to the runtime.
+pub fn add_result(result: Option<Value>) -> Result<weft_cni::CniResult, CniError> {
+    let result = result
+        .ok_or_else(|| CniError::new(codes::DECODING_FAILURE, "weft agent returned no result for ADD"))?;
+    weft_cni::result_from_value(result).map_err(|e| {
+        CniError::new(codes::DECODING_FAILURE, "weft agent returned an invalid result")
+            .with_details(e.to_string())
+    })
+}
+
 /// The success body.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CniResponse {

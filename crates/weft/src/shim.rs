@@ -164,13 +164,7 @@ fn read_answer(status: u16, bytes: &[u8]) -> Result<Option<Value>, AgentCall> {
 
 impl Plugin for Shim {
     fn add(&self, request: &PluginRequest) -> Result<CniResult, CniError> {
-        let result = self
-            .forward(request)?
-            .ok_or_else(|| CniError::new(codes::DECODING_FAILURE, "weft agent returned no result for ADD"))?;
-        weft_cni::result_from_value(result).map_err(|e| {
-            CniError::new(codes::DECODING_FAILURE, "weft agent returned an invalid result")
-                .with_details(e.to_string())
-        })
+        protocol::add_result(self.forward(request)?)
     }
     fn del(&self, request: &PluginRequest) -> Result<(), CniError> {
         self.forward(request).map(|_| ())

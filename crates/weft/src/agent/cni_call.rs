@@ -58,14 +58,7 @@ fn read_result(
     result: Option<serde_json::Value>,
 ) -> Result<Option<weft_cni::CniResult>, CniError> {
     match (command, result) {
-        (CniCommand::Add, Some(result)) => weft_cni::result_from_value(result).map(Some).map_err(|e| {
-            CniError::new(codes::DECODING_FAILURE, "weft agent returned an invalid result")
-                .with_details(e.to_string())
-        }),
-        (CniCommand::Add, None) => Err(CniError::new(
-            codes::DECODING_FAILURE,
-            "weft agent returned no result for ADD",
-        )),
+        (CniCommand::Add, result) => protocol::add_result(result).map(Some),
         _ => Ok(None),
     }
 }
