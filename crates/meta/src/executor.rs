@@ -113,9 +113,14 @@ fn rollback_suffix(errors: &[(String, String)]) -> String {
 pub struct Schedule {
     /// The master (cluster network) is ADDed alone before the others and DELeted after them.
     pub master_alone: bool,
-    /// How many delegates are in flight at once, the master among them unless it runs alone
+    /// How many delegates are ADDed at once, the master among them unless it runs alone
     /// (1: one after another, in plan order on ADD and in reverse on DEL).
     pub workers: usize,
+    /// How many delegates are DELeted at once: every one (but a master that runs alone, which
+    /// goes last) unless they run one after another. A DEL mostly waits for the kernel (its
+    /// links go after RCU grace periods), so a pod's DELs all at once end soonest, whatever
+    /// bounds its ADDs (docs/benchmarks.md: 5 DELs of a pod at once instead of 4 and then 1).
+    pub del_workers: usize,
 }
 
 /// The order of a pod's delegates with up to `parallelism` at once. Multus runs them one after
@@ -136,16 +141,18 @@ pub fn schedule(plans: &[DelegatePlan], parallelism: usize) -> Schedule {
         return Schedule {
             master_alone: has_master,
             workers: 1,
+            del_workers: 1,
         };
     }
     let master_alone = has_master
         && plans
             .iter()
             .any(|p| p.default_route.action.is_some() || (!p.is_master && p.config.may_add_default_route()));
-    let rest = plans.len() - usize::from(master_alone);
+    let rest = (plans.len() - usize::from(master_alone)).max(1);
     Schedule {
         master_alone,
-        workers: parallelism.min(rest).max(1),
+        workers: parallelism.min(rest),
+        del_workers: rest,
     }
 }
 
@@ -276,9 +283,9 @@ impl<'a, E: PluginExec> Executor<'a, E> {
         })
     }
 
-    /// DEL every delegate in reverse plan order (with parallelism: concurrently, the master
-    /// last when [`schedule`] runs it alone), whatever fails; `cached` are the ADD results in plan
-    /// order when known (for `prevResult`).
+    /// DEL every delegate in reverse plan order (with parallelism: all at once, the master
+    /// last when [`schedule`] runs it alone), whatever fails; `cached` are the ADD results in
+    /// plan order when known (for `prevResult`).
     pub fn del(
         &self,
         request: &AttachmentRequest,
@@ -292,7 +299,7 @@ impl<'a, E: PluginExec> Executor<'a, E> {
         };
         let order = schedule(plans, self.parallelism);
         let master_last = usize::from(order.master_alone);
-        let errors: Vec<(String, String)> = if order.workers == 1 {
+        let errors: Vec<(String, String)> = if order.del_workers == 1 {
             (0..plans.len()).rev().filter_map(del).collect()
         } else {
             // Concurrently (the master last when it ran alone first); errors in reverse plan
@@ -301,7 +308,7 @@ impl<'a, E: PluginExec> Executor<'a, E> {
                 plans.iter().map(|_| Mutex::new(None)).collect();
             let next = AtomicUsize::new(master_last);
             std::thread::scope(|scope| {
-                for _ in 0..order.workers {
+                for _ in 0..order.del_workers {
                     scope.spawn(|| {
                         loop {
                             let i = next.fetch_add(1, Ordering::SeqCst);

@@ -443,25 +443,29 @@ fn device_info_is_copied_reported_and_removed() {
 #[test]
 fn schedule_runs_everything_at_once_unless_a_delegate_depends_on_another() {
     let at = |annotation: &str, parallelism: usize| schedule(&plans(annotation).1, parallelism);
-    let schedule = |master_alone, workers| Schedule {
+    let schedule = |master_alone, workers, del_workers| Schedule {
         master_alone,
         workers,
+        del_workers,
     };
     // One by one (Multus): the master first.
-    assert_eq!(at("a,b", 1), schedule(true, 1));
-    // Independent delegates: the master is one of them.
-    assert_eq!(at("a,b", 4), schedule(false, 3));
-    assert_eq!(at("a,b,c,d", 4), schedule(false, 4));
-    assert_eq!(at("", 4), schedule(false, 1));
-    // A default-route edit: the master's routes are settled before any secondary's.
+    assert_eq!(at("a,b", 1), schedule(true, 1, 1));
+    // Independent delegates: the master is one of them. ADDs up to the parallelism, DELs all
+    // at once.
+    assert_eq!(at("a,b", 4), schedule(false, 3, 3));
+    assert_eq!(at("a,b,c,d", 4), schedule(false, 4, 5));
+    assert_eq!(at("a,b,c,d", 2), schedule(false, 2, 5));
+    assert_eq!(at("", 4), schedule(false, 1, 1));
+    // A default-route edit: the master's routes are settled before any secondary's (and
+    // deleted after them).
     assert_eq!(
         at(r#"[{"name":"a","default-route":["10.0.1.1"]},{"name":"b"}]"#, 4),
-        schedule(true, 2)
+        schedule(true, 2, 2)
     );
     // linkInContainer: its master link may be another delegate's interface (net1 here).
-    assert_eq!(at("a,vlan", 4), schedule(true, 1));
+    assert_eq!(at("a,vlan", 4), schedule(true, 1, 1));
     // A secondary with a default route of its own (DHCP): the cluster network's comes first.
-    assert_eq!(at("a,dhcp", 4), schedule(true, 2));
+    assert_eq!(at("a,dhcp", 4), schedule(true, 2, 2));
 }
 
 #[test]
@@ -483,7 +487,8 @@ fn a_failing_cluster_network_beside_the_secondaries_rolls_back_what_they_attache
         schedule(&plans, 4),
         Schedule {
             master_alone: false,
-            workers: 3
+            workers: 3,
+            del_workers: 3
         }
     );
     let cni = runtime(FakeExec::default());
@@ -502,10 +507,11 @@ fn a_failing_cluster_network_beside_the_secondaries_rolls_back_what_they_attache
     assert!(added.contains(&"eth0".to_string()));
 }
 
-/// ADDs wait at a gate until `expected` are in flight together (or 10 s passed): a concurrent
-/// schedule passes at once, one that serialises them records fewer.
+/// Calls of `command` wait at a gate until `expected` are in flight together (or 10 s passed):
+/// a concurrent schedule passes at once, one that serialises them records fewer.
 struct GateExec {
     inner: FakeExec,
+    command: &'static str,
     expected: usize,
     in_flight: Mutex<usize>,
     opened: std::sync::Condvar,
@@ -518,7 +524,7 @@ impl PluginExec for GateExec {
     }
 
     fn exec(&self, binary: &Path, env: &[(String, String)], stdin: &[u8]) -> Result<Vec<u8>, ExecError> {
-        if env.iter().any(|(k, v)| k == "CNI_COMMAND" && v == "ADD") {
+        if env.iter().any(|(k, v)| k == "CNI_COMMAND" && v == self.command) {
             let mut n = self.in_flight.lock().unwrap();
             *n += 1;
             let mut most = self.most.lock().unwrap();
@@ -539,17 +545,21 @@ impl PluginExec for GateExec {
     }
 }
 
-#[test]
-fn the_master_is_added_together_with_the_secondaries() {
-    let (request, plans) = plans("a,b");
-    let gate = GateExec {
+fn gate(command: &'static str, expected: usize) -> GateExec {
+    GateExec {
         inner: FakeExec::default(),
-        expected: 3,
+        command,
+        expected,
         in_flight: Mutex::new(0),
         opened: std::sync::Condvar::new(),
         most: Mutex::new(0),
-    };
-    let cni = CniRuntime::with_executor(Vec::<PathBuf>::new(), gate).without_version_negotiation();
+    }
+}
+
+#[test]
+fn the_master_is_added_together_with_the_secondaries() {
+    let (request, plans) = plans("a,b");
+    let cni = CniRuntime::with_executor(Vec::<PathBuf>::new(), gate("ADD", 3)).without_version_negotiation();
     let outcome = Executor::new(&cni, &NoRouteEditor)
         .with_parallelism(4)
         .add(&request, &plans)
@@ -563,4 +573,20 @@ fn the_master_is_added_together_with_the_secondaries() {
     let names: Vec<&str> = outcome.statuses.iter().map(|s| s.interface.as_str()).collect();
     assert_eq!(names, ["eth0", "net1", "net2"]);
     assert_eq!(outcome.result.ips[0].address.to_string(), "10.0.0.2/24");
+}
+
+#[test]
+fn every_delegate_of_a_pod_is_deleted_at_once_whatever_bounds_its_adds() {
+    let (request, plans) = plans("a,b,c,d");
+    assert_eq!(plans.len(), 5);
+    let cni = CniRuntime::with_executor(Vec::<PathBuf>::new(), gate("DEL", 5)).without_version_negotiation();
+    let executor = Executor::new(&cni, &NoRouteEditor).with_parallelism(2);
+    let outcome = executor.add(&request, &plans).unwrap();
+    let cached: Vec<Option<CniResult>> = outcome.results.into_iter().map(Some).collect();
+    executor.del(&request, &plans, &cached).unwrap();
+    assert_eq!(
+        *cni.executor().most.lock().unwrap(),
+        5,
+        "the 5 DELs at once, though ADDs run 2 at a time"
+    );
 }

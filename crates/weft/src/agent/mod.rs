@@ -48,8 +48,9 @@ pub struct AgentArgs {
     /// Per-container cache of what was attached (for DEL).
     #[arg(long, default_value = "/var/lib/weft/cache")]
     pub cache_dir: PathBuf,
-    /// How many of a pod's delegates run at once, the cluster network among them unless a
-    /// delegate depends on it (`weft_meta::schedule`; 1: one after another, as Multus).
+    /// How many of a pod's delegates are ADDed at once, the cluster network among them unless a
+    /// delegate depends on it (`weft_meta::schedule`); its DELs then all run at once. 1: one
+    /// after another, ADD and DEL, as Multus.
     #[arg(long, default_value_t = 4)]
     pub parallel_delegates: usize,
     /// How many ADD plugin processes run at once on this node, over all pods: the rest wait
