@@ -111,7 +111,13 @@ impl DelegateConfig {
             DelegateKind::Plugin { plugin_type } => std::slice::from_ref(plugin_type),
             DelegateKind::List { plugin_types } => plugin_types,
         };
-        if types.iter().any(|t| t == META_PLUGIN_TYPE) {
+        let plugins: Vec<&Map<String, Value>> = match value.get("plugins") {
+            Some(Value::Array(list)) if matches!(kind, DelegateKind::List { .. }) => {
+                list.iter().filter_map(Value::as_object).collect()
+            }
+            _ => vec![&value],
+        };
+        if types.iter().any(|t| t == META_PLUGIN_TYPE) || plugins.into_iter().any(execs_meta_plugin) {
             return Err(DelegateConfigError::MetaPlugin);
         }
         Ok(Self {
@@ -270,6 +276,23 @@ impl From<DelegateConfig> for String {
     fn from(config: DelegateConfig) -> String {
         config.text
     }
+}
+
+/// The fields by which a plugin names another plugin that it execs with its own configuration:
+/// its IPAM plugin (every reference plugin), and a delegate (flannel's, and plugins shaped
+/// like it).
+const EXEC_FIELDS: [&str; 2] = ["ipam", "delegate"];
+
+/// Whether `plugin` execs the meta-plugin through one of [`EXEC_FIELDS`] (`"ipam": {"type":
+/// "weft-cni"}`): the shim would then get the plugin's ADD as a meta-plugin call of its own.
+fn execs_meta_plugin(plugin: &Map<String, Value>) -> bool {
+    EXEC_FIELDS.iter().any(|field| {
+        plugin
+            .get(*field)
+            .and_then(|nested| nested.get("type"))
+            .and_then(Value::as_str)
+            == Some(META_PLUGIN_TYPE)
+    })
 }
 
 fn string_field(map: &Map<String, Value>, field: &'static str) -> Result<String, DelegateConfigError> {

@@ -1,8 +1,11 @@
-//! Admission on every write of a VirtualMachine or VirtualMachineInstance in the local cluster
-//! (what KubeVirt's webhooks do for the API server): the decision is `weft_vm::admission`'s;
-//! this module applies it to stored objects and words a denial as kubectl prints one.
+//! Admission of what `weft apply` writes (and `weft up`'s manifests): VirtualMachines and
+//! VirtualMachineInstances as KubeVirt's webhooks admit them (the decision is
+//! `weft_vm::admission`'s), and NetworkAttachmentDefinitions whose config could never attach
+//! (the meta-plugin itself, `weft_netconf::DelegateConfigError::MetaPlugin`). This module
+//! applies the decisions to objects and words a denial as kubectl prints one.
 
 use serde_json::Value;
+use weft_netconf::{DelegateConfig, DelegateConfigError, NetworkAttachmentDefinition};
 use weft_store::{Object, Resource, StoreError};
 use weft_vm::admission::{Cause, CauseType, Operation, admit_vm, admit_vmi};
 use weft_vm::{ClusterConfig, VirtualMachine, VirtualMachineInstance};
@@ -34,14 +37,18 @@ pub fn invalid_lines(kind: &str, name: &str, causes: &[Cause]) -> Vec<String> {
         .collect()
 }
 
-/// Admit a write of `object` (only VirtualMachines and VirtualMachineInstances are checked):
-/// returns the causes it is denied with (empty: allowed). An allowed VMI gets the network
-/// defaults written into its body, as KubeVirt's mutating webhook stores them.
+/// Admit a write of `object` (VirtualMachines, VirtualMachineInstances and
+/// NetworkAttachmentDefinitions are checked): returns the causes it is denied with (empty:
+/// allowed). An allowed VMI gets the network defaults written into its body, as KubeVirt's
+/// mutating webhook stores them.
 pub fn admit_object(
     object: &mut Object,
     operation: Operation,
     config: &ClusterConfig,
 ) -> Result<Vec<Cause>, StoreError> {
+    if object.api_version == NAD_API_VERSION && object.kind == NetworkAttachmentDefinition::KIND {
+        return Ok(nad_causes(object));
+    }
     if object.api_version != VirtualMachine::API_VERSION {
         return Ok(Vec::new());
     }
@@ -69,6 +76,29 @@ pub fn admit_object(
             Ok(decision.causes)
         }
         _ => Ok(Vec::new()),
+    }
+}
+
+/// The API version of NetworkAttachmentDefinitions.
+const NAD_API_VERSION: &str = "k8s.cni.cncf.io/v1";
+
+/// Why a NAD is refused: a `spec.config` that names the meta-plugin as a plugin, or as what a
+/// plugin execs, would fail the ADD of every pod selecting it. Other configs are the delegate's
+/// to judge (and an empty one is read from the node's files, as Multus does).
+fn nad_causes(object: &Object) -> Vec<Cause> {
+    let config = object
+        .data
+        .get("spec")
+        .and_then(|spec| spec.get("config"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    match DelegateConfig::parse(config) {
+        Err(error @ DelegateConfigError::MetaPlugin) => vec![Cause {
+            cause_type: CauseType::FieldValueInvalid,
+            message: error.to_string(),
+            field: "spec.config".into(),
+        }],
+        _ => Vec::new(),
     }
 }
 
@@ -124,6 +154,42 @@ mod tests {
             "Unsupported value"
         );
         assert_eq!(cause_phrase(CauseType::FieldValueNotFound), "Not found");
+    }
+
+    #[test]
+    fn a_nad_that_would_exec_the_meta_plugin_is_refused_others_are_the_delegates_to_judge() {
+        let nad = |config: &str| -> Object {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+                "metadata": {"name": "loop", "namespace": "tenant"},
+                "spec": {"config": config}
+            }))
+            .unwrap()
+        };
+        let admit = |config: &str| {
+            admit_object(&mut nad(config), Operation::Create, &ClusterConfig::default()).unwrap()
+        };
+        for config in [
+            r#"{"cniVersion":"1.0.0","type":"weft-cni"}"#,
+            r#"{"cniVersion":"1.0.0","type":"bridge","ipam":{"type":"weft-cni"}}"#,
+        ] {
+            let causes = admit(config);
+            assert_eq!(causes.len(), 1, "{config}");
+            let lines = invalid_lines("NetworkAttachmentDefinition", "loop", &causes);
+            assert!(
+                lines[0].starts_with(
+                    "The NetworkAttachmentDefinition \"loop\" is invalid: spec.config: Invalid value: plugin type \"weft-cni\" is the meta-plugin itself"
+                ),
+                "{lines:?}"
+            );
+        }
+        for config in [
+            r#"{"cniVersion":"1.0.0","type":"bridge","ipam":{"type":"weft-ipam"}}"#,
+            "",
+            "{not json",
+        ] {
+            assert!(admit(config).is_empty(), "{config:?}");
+        }
     }
 
     #[test]

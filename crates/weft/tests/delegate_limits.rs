@@ -120,7 +120,33 @@ fn a_nad_naming_the_meta_plugin_is_refused_and_attaches_nothing() {
     let state = dir.path();
     let (bin, conf_dir) = node_files(state, "10.248.0.0/24");
     let manifests = "---\napiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: loop, namespace: default}\nspec:\n  config: '{\"cniVersion\":\"1.0.0\",\"type\":\"weft-cni\"}'\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: looped\n  namespace: default\n  annotations:\n    k8s.v1.cni.cncf.io/networks: loop\nspec: {nodeName: n1}\n";
-    apply(state, "objects.yaml", manifests);
+    // `weft apply` refuses such a NAD, and writes nothing of the file.
+    let file = state.join("objects.yaml");
+    std::fs::write(&file, manifests).unwrap();
+    let refused = weft(state, &["apply", "-f", file.to_str().unwrap()]);
+    assert!(
+        !refused.status.success()
+            && String::from_utf8_lossy(&refused.stderr).contains(
+                "NetworkAttachmentDefinition \"loop\" is invalid: spec.config: Invalid value: plugin type \"weft-cni\" is the meta-plugin itself"
+            ),
+        "weft apply refuses the NAD: {}",
+        text(&refused)
+    );
+    let pods = weft(state, &["get", "pods", "-o", "name"]);
+    assert!(
+        pods.stdout.is_empty(),
+        "nothing of the file was written: {}",
+        text(&pods)
+    );
+    // One can still reach the agent (kubectl on a cluster, an older weft): the agent's guard
+    // is what this test is about, so the objects are written past admission.
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let store = weft::cluster::open_running_store(state).await.unwrap();
+        let objects = weft::manifests::parse_manifests(manifests, "objects.yaml").unwrap();
+        weft::manifests::apply_objects(store.as_ref(), objects)
+            .await
+            .unwrap();
+    });
     let node = Netns::new("loop-node");
     let _agent = start_agent(&node, state, &conf_dir, &bin, &[]);
     let agent_log = || std::fs::read_to_string(state.join("agent.log")).unwrap_or_default();

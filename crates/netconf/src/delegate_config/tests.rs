@@ -42,6 +42,10 @@ fn a_nad_naming_the_meta_plugin_itself_is_refused_as_a_plugin_or_in_a_list() {
     for config in [
         r#"{"cniVersion":"1.0.0","type":"weft-cni","clusterNetwork":"x"}"#,
         r#"{"cniVersion":"1.0.0","plugins":[{"type":"bridge"},{"type":"weft-cni"}]}"#,
+        // Nested: the plugin would exec it as its IPAM plugin, or as its delegate.
+        r#"{"cniVersion":"1.0.0","type":"bridge","ipam":{"type":"weft-cni"}}"#,
+        r#"{"cniVersion":"1.0.0","plugins":[{"type":"tuning"},{"type":"macvlan","ipam":{"type":"weft-cni"}}]}"#,
+        r#"{"cniVersion":"1.0.0","type":"flannel","delegate":{"type":"weft-cni"}}"#,
     ] {
         let err = delegate_config_from_nad(&nad("tenant", "loop", config), "/d", &[]).unwrap_err();
         assert_eq!(
@@ -58,9 +62,18 @@ fn a_nad_naming_the_meta_plugin_itself_is_refused_as_a_plugin_or_in_a_list() {
         assert!(err.to_string().contains("tenant/loop"), "{err}");
         assert!(err.to_string().contains("meta-plugin itself"), "{err}");
     }
-    // Names that only look alike are plugins like any other.
-    let ok = r#"{"cniVersion":"1.0.0","type":"weft-cni-helper"}"#;
-    assert!(delegate_config_from_nad(&nad("tenant", "ok", ok), "/d", &[]).is_ok());
+    // Names that only look alike are plugins like any other, and so are weft-ipam and a
+    // nested type under another field.
+    for ok in [
+        r#"{"cniVersion":"1.0.0","type":"weft-cni-helper"}"#,
+        r#"{"cniVersion":"1.0.0","type":"bridge","ipam":{"type":"weft-ipam"}}"#,
+        r#"{"cniVersion":"1.0.0","type":"bridge","args":{"type":"weft-cni"}}"#,
+    ] {
+        assert!(
+            delegate_config_from_nad(&nad("tenant", "ok", ok), "/d", &[]).is_ok(),
+            "{ok}"
+        );
+    }
 }
 
 #[test]
