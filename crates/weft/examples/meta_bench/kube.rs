@@ -261,10 +261,10 @@ pub fn requests_per_pod(world: &World, agent: &Agent, audit: &Path, n: usize) ->
 }
 
 /// The API server's and etcd's CPU per pod ADD+DEL for each of `agents`: `n` pods each (the
-/// part-3 pods `rss-<i>`, eth0 + 2 secondaries, a different set per agent, so that every ADD
-/// creates its Events as a new pod's would; the same pod again and again would be rate
-/// limited), one ADD+DEL after another, then 1 s for the Events (written on their own task),
-/// less the servers' idle CPU over the same time (measured first, 5 s).
+/// agent's own part-3 pods `<tag>-rss-<i>`, eth0 + 2 secondaries, so that every ADD creates its
+/// Events as a new pod's would; the same pod again and again would be rate limited), one
+/// ADD+DEL after another, then 1 s for the Events (written on their own task), less the
+/// servers' idle CPU over the same time (measured first, 5 s).
 pub fn server_cpu_per_pod(world: &World, kube: &Kube, agents: &[(&str, &Agent)], n: usize) -> Result<()> {
     let Some(idle_start) = kube.server_cpu_ms() else {
         println!("# API server CPU per pod skipped: its pids are unknown");
@@ -283,7 +283,7 @@ pub fn server_cpu_per_pod(world: &World, kube: &Kube, agents: &[(&str, &Agent)],
     println!("|---|---|---|");
     for (v, (name, agent)) in agents.iter().enumerate() {
         let container = |i: usize| format!("mb{}cpu{v}x{i}", std::process::id());
-        let pod = |i: usize| format!("rss-{}", v * n + i);
+        let pod = |i: usize| agent.pod(&format!("rss-{i}"));
         let mark = match &kube.audit {
             Some(audit) => Some(audit_mark(audit)?),
             None => None,
@@ -321,7 +321,8 @@ pub fn server_cpu_per_pod(world: &World, kube: &Kube, agents: &[(&str, &Agent)],
 pub fn restart(world: &World, kube: &Kube, agent: Agent, tag: &str, pods: usize) -> Result<()> {
     let netns: Vec<Netns> = (0..pods).map(|p| Netns::new(1000 + p)).collect::<Result<_>>()?;
     let container = |p: usize| format!("mb{}rs{p}", std::process::id());
-    let env = |verb: &str, p: usize| world.env(verb, &container(p), &netns[p].path(), &format!("rss-{p}"));
+    let env =
+        |verb: &str, p: usize| world.env(verb, &container(p), &netns[p].path(), &format!("{tag}-rss-{p}"));
     let added = crate::rss::burst(pods, BURST_WORKERS, &|p| {
         world.shim_ok(&agent, &env("ADD", p)).map(|_| ())
     })?;

@@ -16,11 +16,20 @@ use crate::{
     Agent, BURST_WORKERS, NAMESPACE, Netns, PLUGIN_DIR, RSS_SECONDARIES, SECONDARIES, http_get, weft_binary,
 };
 
-/// The prefixes of the copies of the bench pods: the embedded store's agents share one set;
-/// each Kubernetes agent has its own, as each node's agent has its own pods on a cluster (pods
-/// shared by several agents would make their Event and network-status writes conflict, 409
-/// and a read more, which a cluster never does).
-pub const POD_SETS: [&str; 5] = ["", "k1-", "k4-", "k1b-", "k4b-"];
+/// The Kubernetes agents with copies of the bench pods. The embedded store's agents share one
+/// set on node `n1`; each Kubernetes agent is the agent of a node of its own (`n-<tag>`) with
+/// its own pods there (`<tag>-…`), as on a cluster: pods shared by several agents would make
+/// their Event and network-status writes conflict (409 and a read more), and agents sharing a
+/// node would each decode every other agent's pod updates from their watches.
+pub const KUBE_POD_SETS: [&str; 4] = ["k1", "k4", "k1b", "k4b"];
+/// The Kubernetes agents of the part-3 pods (`<tag>-rss-<i>`): `k4` runs the restart with
+/// all of them, `k4e` (Multus' Events, for the API server's CPU) half of them.
+pub const KUBE_RSS: [(&str, usize); 2] = [("k4", 1), ("k4e", 2)];
+
+/// The node of the agent `tag` (`None`: the embedded store's agents).
+pub fn node_of(tag: Option<&str>) -> String {
+    tag.map_or_else(|| "n1".to_string(), |tag| format!("n-{tag}"))
+}
 
 /// Files, store objects and namespaces shared by every measurement.
 pub struct World {
@@ -71,11 +80,11 @@ fn run_pod(name: &str) -> String {
     format!("r{}-{name}", std::process::id())
 }
 
-fn pod_manifest(name: &str, secondaries: u32) -> String {
+fn pod_manifest(name: &str, secondaries: u32, node: &str) -> String {
     let name = run_pod(name);
     let networks: Vec<String> = (1..=secondaries).map(nad_name).collect();
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {NAMESPACE}\n  annotations:\n    k8s.v1.cni.cncf.io/networks: {}\nspec: {{nodeName: n1, containers: [{{name: c, image: pause}}]}}\n---\n",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {NAMESPACE}\n  annotations:\n    k8s.v1.cni.cncf.io/networks: {}\nspec: {{nodeName: {node}, containers: [{{name: c, image: pause}}]}}\n---\n",
         networks.join(",")
     )
 }
@@ -109,14 +118,22 @@ impl World {
                 nad_name(n)
             );
         }
-        for set in POD_SETS {
-            manifests += &pod_manifest(&format!("{set}bench"), SECONDARIES);
+        let sets = std::iter::once(None).chain(KUBE_POD_SETS.map(Some));
+        for tag in sets {
+            let (prefix, node) = (tag.map_or_else(String::new, |t| format!("{t}-")), node_of(tag));
+            manifests += &pod_manifest(&format!("{prefix}bench"), SECONDARIES, &node);
             for p in 0..BURST_WORKERS {
-                manifests += &pod_manifest(&format!("{set}burst-{p}"), SECONDARIES);
+                manifests += &pod_manifest(&format!("{prefix}burst-{p}"), SECONDARIES, &node);
             }
         }
         for p in 0..pods {
-            manifests += &pod_manifest(&format!("rss-{p}"), RSS_SECONDARIES);
+            manifests += &pod_manifest(&format!("rss-{p}"), RSS_SECONDARIES, &node_of(None));
+        }
+        for (tag, share) in KUBE_RSS {
+            for p in 0..pods / share {
+                let name = format!("{tag}-rss-{p}");
+                manifests += &pod_manifest(&name, RSS_SECONDARIES, &node_of(Some(tag)));
+            }
         }
         let file = state.join("objects.yaml");
         std::fs::write(&file, manifests)?;
@@ -201,7 +218,9 @@ impl World {
         let child = command
             .arg("--state-dir")
             .arg(&self.state)
-            .args(["agent", "--node", "n1", "--parallel-delegates"])
+            .args(["agent", "--node"])
+            .arg(node_of(kubeconfig.map(|_| tag)))
+            .arg("--parallel-delegates")
             .arg(parallel.to_string())
             .arg("--socket")
             .arg(&socket)
@@ -223,7 +242,7 @@ impl World {
             "clusterNetwork": self.cluster_file, "confDir": self.conf_dir,
             "daemonSocketDir": dir,
         });
-        // A Kubernetes agent's own pods are named after its tag (those in POD_SETS exist).
+        // A Kubernetes agent's own pods are named after its tag (KUBE_POD_SETS, KUBE_RSS).
         let pods = match kubeconfig {
             Some(_) => format!("{tag}-"),
             None => String::new(),
