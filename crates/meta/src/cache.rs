@@ -110,8 +110,10 @@ impl CacheRecord {
     /// What a failed ADD still holds, for the runtime's DEL to retry: only the delegates
     /// it attached whose rollback DEL failed (`held`: plan index and ADD result, as
     /// [`crate::ExecutorError::Add`] reports them), nothing after a complete rollback. Never
-    /// the failed delegate: its interface name may be another container's in a shared
-    /// namespace, and a DEL of it would remove that container's interface.
+    /// the failed delegate (its interface name may be another container's in a shared
+    /// namespace, and a DEL of it would remove that container's interface), unless it is a
+    /// conflist whose first plugins attached and whose undo of them failed: that interface is
+    /// the ADD's own.
     pub fn holding(self, held: &[(usize, CniResult)]) -> Self {
         let (delegates, results) = held
             .iter()

@@ -58,8 +58,10 @@ pub enum ExecutorError {
         failed: usize,
         /// Rollback DELs that failed too, `(network, error)`.
         rollback_errors: Vec<(String, String)>,
-        /// The delegates (plan index, ADD result) this ADD attached whose rollback DEL failed:
-        /// still held, for the runtime's DEL to retry.
+        /// What this ADD attached and could not remove, for the runtime's DEL to retry (plan
+        /// index, ADD result, in plan order): the delegates whose rollback DEL failed, and a
+        /// failed conflist whose undo of its earlier plugins failed (with the result they made;
+        /// what they attached is this ADD's own, so a DEL of it removes nobody else's).
         held: Vec<(usize, CniResult)>,
         /// Every delegate that failed found no free plugin slot (`ExecError::NoSlot`: the
         /// node's bound on plugins at once stayed full). A retry may well succeed: CNI code 11,
@@ -89,6 +91,9 @@ struct AddFailure {
     message: String,
     /// A plugin of it found no free plugin slot (for a conflist, maybe after earlier ones ran).
     no_slot: bool,
+    /// What the delegate still has attached: a conflist whose later plugin failed and whose
+    /// undo of the earlier ones failed too (`DelegateError::still_attached`).
+    attached: Option<Box<CniResult>>,
 }
 
 impl From<String> for AddFailure {
@@ -96,6 +101,7 @@ impl From<String> for AddFailure {
         Self {
             message,
             no_slot: false,
+            attached: None,
         }
     }
 }
@@ -254,6 +260,17 @@ impl<'a, E: PluginExec> Executor<'a, E> {
                     held.push((i, result.clone()));
                 }
             }
+            // A failed conflist whose own undo failed holds what its earlier plugins made: the
+            // runtime's DEL retries the list (its first plugin succeeded, so the interface is
+            // this ADD's, not another container's).
+            held.extend(outcomes.iter().enumerate().filter_map(|(i, o)| match o {
+                Some(Err(AddFailure {
+                    attached: Some(result),
+                    ..
+                })) => Some((i, (**result).clone())),
+                _ => None,
+            }));
+            held.sort_by_key(|(i, _)| *i);
             return Err(ExecutorError::Add {
                 message: add_failure_message(&request.k8s, &plans[failed_index], &error.message),
                 failed: failed_index,
@@ -410,6 +427,7 @@ impl<'a, E: PluginExec> Executor<'a, E> {
             .map_err(|e: DelegateError| AddFailure {
                 no_slot: e.is_no_slot(),
                 message: e.to_string(),
+                attached: e.still_attached().cloned().map(Box::new),
             })?;
         let touched = !result.interfaces.is_empty() || !result.ips.is_empty();
         match &plan.default_route.action {

@@ -120,6 +120,9 @@ pub enum DelegateError {
         add: Box<DelegateError>,
         /// The undo's failures.
         undo: Box<DelegateError>,
+        /// The result the list had made before the failing plugin: what may still be attached,
+        /// for a later DEL of the list ([`DelegateError::still_attached`]).
+        attached: Box<CniResult>,
     },
 }
 
@@ -137,12 +140,23 @@ impl DelegateError {
         }
     }
 
+    /// What a failed ADD left attached that a DEL of the same configuration should remove: a
+    /// list whose later plugin failed and whose undo of the plugins before it failed too
+    /// ([`DelegateError::Undo`]): its result up to the failing plugin. `None` for any other
+    /// failure (nothing of it stays, or it is the plugin's own to clean up).
+    pub fn still_attached(&self) -> Option<&CniResult> {
+        match self {
+            Self::Undo { attached, .. } => Some(attached),
+            _ => None,
+        }
+    }
+
     /// The error as a CNI error for a runtime: a plugin's own error keeps its code (so
     /// STATUS codes 50/51 pass through), version problems are code 1, the rest code 100.
     pub fn to_cni_error(&self) -> CniError {
         match self {
             Self::Plugin { error, .. } => error.clone(),
-            Self::Undo { add, undo } => {
+            Self::Undo { add, undo, .. } => {
                 let mut error = add.to_cni_error();
                 let undo = format!("undoing the plugins before it failed: {undo}");
                 error.details = match error.details.is_empty() {
@@ -283,12 +297,13 @@ impl<E: PluginExec> CniRuntime<E> {
                                 .err()
                         })
                         .collect();
-                    return match collect_errors(undo) {
-                        Ok(()) => Err(error),
-                        Err(undo) => Err(DelegateError::Undo {
+                    return match (collect_errors(undo), previous) {
+                        (Err(undo), Some(attached)) => Err(DelegateError::Undo {
                             add: Box::new(error),
                             undo: Box::new(undo),
+                            attached: Box::new(attached),
                         }),
+                        _ => Err(error),
                     };
                 }
             }

@@ -287,11 +287,15 @@ fn a_failed_first_plugin_is_not_undone_and_a_failed_undo_is_reported() {
     );
     let cni = runtime(fake);
     let err = cni.add(&chain("1.0.0"), &runtime_conf()).unwrap_err();
-    let DelegateError::Undo { add, undo } = &err else {
+    let DelegateError::Undo { add, undo, .. } = &err else {
         panic!("{err}")
     };
     assert!(matches!(**add, DelegateError::Plugin { .. }), "{add}");
     assert!(undo.to_string().contains("cannot"), "{undo}");
+    // What is still attached is the result the list made before portmap: tuning's (it passes
+    // the bridge's on).
+    let attached = err.still_attached().expect("the undo failed: something stays");
+    assert_eq!(attached.ips.len(), 2, "{attached:?}");
     let cni_error = err.to_cni_error();
     assert_eq!(cni_error.code, 11, "still the ADD's code");
     assert!(cni_error.details.contains("undoing"), "{cni_error:?}");

@@ -49,6 +49,13 @@ impl PluginExec for FakeExec {
                 stderr: Vec::new(),
             });
         }
+        if command == "DEL" && plugin.starts_with("undel") {
+            return Err(ExecError::Failed {
+                status: ExitStatus::from_raw(256),
+                stdout: br#"{"cniVersion":"1.0.0","code":100,"msg":"expected DEL failure"}"#.to_vec(),
+                stderr: Vec::new(),
+            });
+        }
         if command != "ADD" {
             return Ok(Vec::new());
         }
@@ -188,6 +195,52 @@ fn failure_rolls_back_what_was_attached_in_reverse_not_the_failed_one() {
             "DEL a-plugin net1",
             "DEL ptp eth0"
         ]
+    );
+}
+
+#[test]
+fn a_conflist_whose_undo_failed_is_held_for_the_runtimes_del() {
+    let config = MetaConfig::parse(br#"{"cniVersion":"1.0.0","clusterNetwork":"cluster"}"#).unwrap();
+    let catalog = MemoryCatalog::default()
+        .with_conf_file(
+            "10-c.conf",
+            r#"{"cniVersion":"1.0.0","name":"cluster","type":"ptp"}"#,
+        )
+        .with_nad(
+            "ns",
+            "chain",
+            r#"{"cniVersion":"1.0.0","plugins":[{"type":"undel-plugin"},{"type":"fail-plugin"}]}"#,
+        )
+        .with_nad(
+            "ns",
+            "clean",
+            r#"{"cniVersion":"1.0.0","plugins":[{"type":"a-plugin"},{"type":"fail-plugin"}]}"#,
+        );
+    let (request, plans) = plan_pod(&config, &catalog, "chain");
+    let cni = runtime(FakeExec::default());
+    let err = Executor::new(&cni, &NoRouteEditor)
+        .add(&request, &plans)
+        .unwrap_err();
+    let ExecutorError::Add { failed, held, .. } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(*failed, 1);
+    // The list's undo of its first plugin failed: what that plugin made (net1's address) is
+    // held for the runtime's DEL; eth0 was rolled back.
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].0, 1);
+    assert_eq!(held[0].1.ips[0].address.to_string(), "10.0.1.2/24");
+    let record = crate::CacheRecord::new(&request, plans.clone()).holding(held);
+    assert_eq!(record.delegates.len(), 1);
+    assert_eq!(record.delegates[0].ifname, "net1");
+    // A list whose undo succeeded holds nothing: everything it made is gone.
+    let (request, plans) = plan_pod(&config, &catalog, "clean");
+    let err = Executor::new(&runtime(FakeExec::default()), &NoRouteEditor)
+        .add(&request, &plans)
+        .unwrap_err();
+    assert!(
+        matches!(&err, ExecutorError::Add { held, .. } if held.is_empty()),
+        "{err}"
     );
 }
 
