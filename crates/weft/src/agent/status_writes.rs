@@ -56,11 +56,31 @@ impl StatusWrite {
     }
 }
 
-/// Retry delay of a write the API server did not take: 0.5 s, doubling, at most 30 s.
+/// Retry delay of a write that did not reach the API server or that it could not take now
+/// (down, 429, 5xx, no answer in time): 0.5 s, doubling, at most 30 s.
 const BACKOFF: Backoff = Backoff {
     initial: Duration::from_millis(500),
     max: Duration::from_secs(30),
 };
+
+/// Retry delay of a write the API server answered with a refusal (403 without `pods/status`,
+/// 422 for an annotation it will not take): the same start, at most 5 minutes. Such a refusal
+/// lasts until someone changes the cluster (RBAC, an admission policy), and every pod of every
+/// node retries it: at 30 s, 10,000 such pods would keep 333 refused requests a second on the
+/// API server.
+const REFUSED_BACKOFF: Backoff = Backoff {
+    initial: Duration::from_millis(500),
+    max: Duration::from_secs(300),
+};
+
+/// The delay before the next attempt after `failures` in a row, the last one `refused` by the
+/// API server (its answer) or not (unreachable, overloaded, no answer, the record).
+pub fn retry_delay(failures: u32, refused: bool) -> Duration {
+    match refused {
+        true => REFUSED_BACKOFF.delay(failures),
+        false => BACKOFF.delay(failures),
+    }
+}
 
 /// How long one write may take (an API server that accepts and never answers must not hold
 /// the pod's lock for the client's own, much longer, timeout).
@@ -108,8 +128,9 @@ enum Attempt {
     Written,
     /// Nothing to write (any more): dropped, the pod is gone, or the record is gone.
     Done,
-    /// The value for pod `.1` is still to write: this failed.
-    Failed(String, PodKey),
+    /// The value for pod `.1` is still to write: this failed, refused by the API server's
+    /// answer (`.2`) or not.
+    Failed(String, PodKey, bool),
 }
 
 impl StatusWrites {
@@ -212,7 +233,7 @@ impl StatusWrites {
                         failures = 0;
                         break;
                     }
-                    Attempt::Failed(error, (namespace, name)) => {
+                    Attempt::Failed(error, (namespace, name), refused) => {
                         failures += 1;
                         self.failures.inc();
                         self.log_failure(&container, failures, &error);
@@ -224,7 +245,7 @@ impl StatusWrites {
                             );
                         }
                         tokio::select! {
-                            _ = tokio::time::sleep(BACKOFF.delay(failures)) => {}
+                            _ = tokio::time::sleep(retry_delay(failures, refused)) => {}
                             _ = wake.notified() => {}
                         }
                     }
@@ -287,8 +308,13 @@ impl StatusWrites {
             // The pod is gone, or the name is another pod's now: nothing to write.
             Ok(Ok(false)) => self.cleared(container, value, Attempt::Done, pod).await,
             Ok(Err(e)) if e.is_not_found() => self.cleared(container, value, Attempt::Done, pod).await,
-            Ok(Err(e)) => Attempt::Failed(e.to_string(), pod),
-            Err(_) => Attempt::Failed(format!("no answer in {WRITE_TIMEOUT:?}"), pod),
+            Ok(Err(e)) => {
+                // 403 and other answers the Kubernetes backend keeps as Backend, 400/422 as
+                // Invalid; a conflict that outlasted the retries is contention, not a refusal.
+                let refused = e.is_invalid() || matches!(e, StoreError::Backend(_));
+                Attempt::Failed(e.to_string(), pod, refused)
+            }
+            Err(_) => Attempt::Failed(format!("no answer in {WRITE_TIMEOUT:?}"), pod, false),
         }
     }
 
@@ -313,8 +339,9 @@ impl StatusWrites {
             Ok(Err(e)) => Attempt::Failed(
                 format!("written, but the attachment record cannot be updated: {e}"),
                 pod,
+                false,
             ),
-            Err(e) => Attempt::Failed(format!("{e:#}"), pod),
+            Err(e) => Attempt::Failed(format!("{e:#}"), pod, false),
         }
     }
 
@@ -451,6 +478,20 @@ mod tests {
         assert_eq!(StatusWrite::resolve(None, false), BeforeReply);
         assert_eq!(StatusWrite::resolve(Some(BeforeReply), true), BeforeReply);
         assert_eq!(StatusWrite::resolve(Some(AfterReply), false), AfterReply);
+    }
+
+    #[test]
+    fn a_refused_write_backs_off_to_five_minutes_an_unreachable_api_to_thirty_seconds() {
+        let secs = |failures, refused| retry_delay(failures, refused).as_secs_f64();
+        // The same start: the Warning after 3 failures comes as soon either way.
+        for failures in 1..=3 {
+            assert_eq!(secs(failures, true), secs(failures, false));
+        }
+        assert_eq!(secs(1, false), 0.5);
+        assert_eq!(secs(7, false), 30.0);
+        assert_eq!(secs(20, false), 30.0);
+        assert_eq!(secs(7, true), 32.0);
+        assert_eq!(secs(20, true), 300.0);
     }
 
     #[test]
