@@ -46,7 +46,9 @@ pub fn admit_object(
     operation: Operation,
     config: &ClusterConfig,
 ) -> Result<Vec<Cause>, StoreError> {
-    if object.api_version == NAD_API_VERSION && object.kind == NetworkAttachmentDefinition::KIND {
+    if object.api_version == NetworkAttachmentDefinition::API_VERSION
+        && object.kind == NetworkAttachmentDefinition::KIND
+    {
         return Ok(nad_causes(object));
     }
     if object.api_version != VirtualMachine::API_VERSION {
@@ -78,9 +80,6 @@ pub fn admit_object(
         _ => Ok(Vec::new()),
     }
 }
-
-/// The API version of NetworkAttachmentDefinitions.
-const NAD_API_VERSION: &str = "k8s.cni.cncf.io/v1";
 
 /// Why a NAD is refused: a `spec.config` that names the meta-plugin as a plugin, or as what a
 /// plugin execs, would fail the ADD of every pod selecting it. Other configs are the delegate's
