@@ -111,13 +111,9 @@ impl DelegateConfig {
             DelegateKind::Plugin { plugin_type } => std::slice::from_ref(plugin_type),
             DelegateKind::List { plugin_types } => plugin_types,
         };
-        let plugins: Vec<&Map<String, Value>> = match value.get("plugins") {
-            Some(Value::Array(list)) if matches!(kind, DelegateKind::List { .. }) => {
-                list.iter().filter_map(Value::as_object).collect()
-            }
-            _ => vec![&value],
-        };
-        if types.iter().any(|t| t == META_PLUGIN_TYPE) || plugins.into_iter().any(execs_meta_plugin) {
+        if types.iter().any(|t| t == META_PLUGIN_TYPE)
+            || objects_of(&kind, &value).into_iter().any(execs_meta_plugin)
+        {
             return Err(DelegateConfigError::MetaPlugin);
         }
         Ok(Self {
@@ -162,17 +158,8 @@ impl DelegateConfig {
 
     /// The plugin's object, or every plugin object of a list.
     fn plugin_objects(&self) -> Vec<Map<String, Value>> {
-        let mut value = self.to_value();
-        match (&self.kind, value.remove("plugins")) {
-            (DelegateKind::List { .. }, Some(Value::Array(plugins))) => plugins
-                .into_iter()
-                .filter_map(|p| match p {
-                    Value::Object(p) => Some(p),
-                    _ => None,
-                })
-                .collect(),
-            _ => vec![self.to_value()],
-        }
+        let value = self.to_value();
+        objects_of(&self.kind, &value).into_iter().cloned().collect()
     }
 
     /// True when the delegate changes state of the pod's namespace that another delegate of the
@@ -275,6 +262,16 @@ impl TryFrom<String> for DelegateConfig {
 impl From<DelegateConfig> for String {
     fn from(config: DelegateConfig) -> String {
         config.text
+    }
+}
+
+/// The plugin object of a configuration (`value`, of `kind`), or every plugin object of a list.
+fn objects_of<'a>(kind: &DelegateKind, value: &'a Map<String, Value>) -> Vec<&'a Map<String, Value>> {
+    match (kind, value.get("plugins")) {
+        (DelegateKind::List { .. }, Some(Value::Array(plugins))) => {
+            plugins.iter().filter_map(Value::as_object).collect()
+        }
+        _ => vec![value],
     }
 }
 
