@@ -123,11 +123,17 @@ pub struct Schedule {
     /// (1: one after another, in plan order on ADD and in reverse on DEL).
     pub workers: usize,
     /// How many delegates are DELeted at once: every one (but a master that runs alone, which
-    /// goes last) unless they run one after another. A DEL mostly waits for the kernel (its
-    /// links go after RCU grace periods), so a pod's DELs all at once end soonest, whatever
-    /// bounds its ADDs (docs/benchmarks.md: 5 DELs of a pod at once instead of 4 and then 1).
+    /// goes last), at most [`DELS_AT_ONCE`], unless they run one after another. A DEL mostly
+    /// waits for the kernel (its links go after RCU grace periods), so a pod's DELs all at once
+    /// end soonest, whatever bounds its ADDs (docs/benchmarks.md: 5 DELs of a pod at once
+    /// instead of 4 and then 1).
     pub del_workers: usize,
 }
+
+/// The most delegates of one pod DELeted at once: a pod with very many networks (an SR-IOV
+/// VM with dozens of VFs, a tenant's annotation listing a NAD a hundred times) must not start
+/// a thread and a plugin process per network at the same moment.
+pub const DELS_AT_ONCE: usize = 16;
 
 /// The order of a pod's delegates with up to `parallelism` at once. Multus runs them one after
 /// another; weft runs them concurrently unless the order matters:
@@ -158,7 +164,7 @@ pub fn schedule(plans: &[DelegatePlan], parallelism: usize) -> Schedule {
     Schedule {
         master_alone,
         workers: parallelism.min(rest),
-        del_workers: rest,
+        del_workers: rest.min(DELS_AT_ONCE),
     }
 }
 

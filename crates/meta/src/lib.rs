@@ -30,7 +30,9 @@ pub use devices::{
     DeviceAllocator, DeviceAttachment, DeviceError, PodDeviceEntry, cni_device_info_path, device_attachment,
     dp_device_info_path, parse_device_info, parse_kubelet_checkpoint, with_device_id,
 };
-pub use executor::{AddOutcome, Executor, ExecutorError, NoRouteEditor, RouteEditor, Schedule, schedule};
+pub use executor::{
+    AddOutcome, DELS_AT_ONCE, Executor, ExecutorError, NoRouteEditor, RouteEditor, Schedule, schedule,
+};
 pub use flow::{AddDecision, AddError, DelPlan, PodLookup, decide_add, decide_del_plan, plan_error_code};
 pub use gateway::{DefaultRoutePlan, GatewayError, RouteAction, apply_route_action, plan_default_routes};
 pub use hotplug::{

@@ -509,6 +509,14 @@ fn schedule_runs_everything_at_once_unless_a_delegate_depends_on_another() {
     assert_eq!(at("a,b,c,d", 4), schedule(false, 4, 5));
     assert_eq!(at("a,b,c,d", 2), schedule(false, 2, 5));
     assert_eq!(at("", 4), schedule(false, 1, 1));
+    // Very many networks: their DELs at once only up to DELS_AT_ONCE.
+    let many: Vec<String> = (0..40)
+        .map(|i| format!(r#"{{"name":"a","interface":"n{i}"}}"#))
+        .collect();
+    assert_eq!(
+        at(&format!("[{}]", many.join(",")), 4),
+        schedule(false, 4, DELS_AT_ONCE)
+    );
     // A default-route edit: the master's routes are settled before any secondary's (and
     // deleted after them).
     assert_eq!(
