@@ -124,6 +124,10 @@ pub struct DelPlan {
     pub cached_results: Vec<Option<CniResult>>,
     /// Things the agent must log (corrupt cache, networks that could not be recomputed).
     pub warnings: Vec<String>,
+    /// The pod (namespace, name) the attachment was made for: the record's when there is one
+    /// (a DEL's `K8S_POD_*` may differ from its ADD's, or be missing), else the request's;
+    /// `default` for a namespace left out. Its pending network-status write is dropped.
+    pub pod: (String, String),
 }
 
 /// Decide a DEL (Multus `CmdDel` steps 3–5, without its silent skip on a corrupt cache). A pod
@@ -141,15 +145,26 @@ pub fn decide_del_plan(
         PodLookup::Found(pod) if check_pod_uid(request, pod).is_ok() => Some(pod),
         _ => None,
     };
+    let requested = (
+        match request.k8s.pod_namespace.as_str() {
+            "" => "default".to_string(),
+            ns => ns.to_string(),
+        },
+        request.k8s.pod_name.clone(),
+    );
     match decide_del(config, cache, &request.container_id, pod.is_some()) {
         DelDecision::FromCache(record) => Ok(DelPlan {
             cached_results: (0..record.delegates.len())
                 .map(|i| record.result(i).cloned())
                 .collect(),
+            pod: (record.pod_namespace().to_string(), record.k8s.pod_name.clone()),
             delegates: record.delegates,
             warnings: Vec::new(),
         }),
-        DelDecision::NothingHeld => Ok(DelPlan::default()),
+        DelDecision::NothingHeld => Ok(DelPlan {
+            pod: requested,
+            ..DelPlan::default()
+        }),
         DelDecision::Recompute { corrupt } => {
             let mut warnings: Vec<String> = corrupt
                 .iter()
@@ -167,6 +182,7 @@ pub fn decide_del_plan(
                 cached_results: vec![None; delegates.len()],
                 delegates,
                 warnings,
+                pod: requested,
             })
         }
     }
@@ -336,6 +352,17 @@ mod tests {
             decide_del_plan(&config, &request, Some(&bytes), PodLookup::NotFound, &catalog).unwrap();
         assert_eq!(from_cache.delegates.len(), 2);
         assert!(from_cache.warnings.is_empty());
+        let ours = (request.k8s.pod_namespace.clone(), request.k8s.pod_name.clone());
+        assert_eq!(from_cache.pod, ours);
+        // A DEL without the runtime's K8S_POD_* still names the pod of the ADD (the record's),
+        // so that pod's pending network-status write is dropped, not another's.
+        let mut bare = request.clone();
+        bare.k8s = Default::default();
+        let from_record =
+            decide_del_plan(&config, &bare, Some(&bytes), PodLookup::NotFound, &catalog).unwrap();
+        assert_eq!(from_record.pod, ours);
+        let nothing_held = decide_del_plan(&config, &bare, None, PodLookup::NotFound, &catalog).unwrap();
+        assert_eq!(nothing_held.pod, ("default".to_string(), String::new()));
 
         let corrupt = decide_del_plan(
             &config,

@@ -450,7 +450,7 @@ async fn del(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
         tracing::warn!(container = %request.container_id, "DEL: {warning}");
     }
     let req = request.clone();
-    let (delegates, results) = (plan.delegates, plan.cached_results);
+    let (delegates, results, (namespace, name)) = (plan.delegates, plan.cached_results, plan.pod);
     let outcome = execute(agent, move |executor| executor.del(&req, &delegates, &results)).await?;
     let errors: Vec<String> = match &outcome {
         Ok(()) => Vec::new(),
@@ -461,10 +461,9 @@ async fn del(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
     };
     if weft_meta::cache_after_del(&errors) == CacheAfterDel::Remove {
         remove_cache(agent, &request.container_id).await?;
-        let k8s = &request.k8s;
         agent
             .status_writes
-            .forget(&request.container_id, &k8s.pod_namespace, &k8s.pod_name);
+            .forget(&request.container_id, &namespace, &name);
         Ok(())
     } else {
         outcome.map_err(|e| e.to_cni_error())
