@@ -476,3 +476,128 @@ fn shim_agent_default_route_moves_to_the_requested_network() {
     let del = node.shim("DEL", &pod, "default", "web");
     assert!(del.status.success(), "{}", text(&del));
 }
+
+/// A delegate whose ADD takes 1.2 s; every call is logged (`LOG`), a DEL with whether the
+/// runtime gave it the ADD's result.
+const SLOW_PLUGIN: &str = r#"#!/bin/sh
+input=$(cat)
+case "$CNI_COMMAND" in
+VERSION)
+  echo '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}' ;;
+ADD)
+  echo "ADD start" >> LOG
+  sleep 1.2
+  echo "ADD end" >> LOG
+  printf '{"cniVersion":"1.0.0","interfaces":[{"name":"%s","sandbox":"%s"}]}\n' "$CNI_IFNAME" "$CNI_NETNS" ;;
+DEL)
+  case "$input" in
+  *prevResult*) echo "DEL with the result" >> LOG ;;
+  *) echo "DEL without a result" >> LOG ;;
+  esac ;;
+esac
+exit 0
+"#;
+
+/// The slow pod's node: NAD `slow` ([`SLOW_PLUGIN`], logging to the returned path), pod
+/// `default/web` selecting it.
+fn slow_node(tag: &str) -> (Node, PathBuf) {
+    let nad = "---\napiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: slow, namespace: default}\nspec:\n  config: '{\"cniVersion\":\"1.0.0\",\"type\":\"slow\"}'\n";
+    let manifests = nad.to_string() + &pod_manifest("default", "web", "slow");
+    let node = Node::start(tag, &manifests, serde_json::json!({}));
+    let log = node.state().join("slow.log");
+    install_script_plugin(
+        &node.bin,
+        "slow",
+        &SLOW_PLUGIN.replace("LOG", &log.display().to_string()),
+    );
+    (node, log)
+}
+
+fn log_lines(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// After the DEL: nothing of the pod's attachment is left (eth0, its host-local address, the
+/// attachment record).
+fn assert_nothing_left(node: &Node, pod: &Netns) {
+    assert_eq!(pod.links(), ["lo"], "eth0 went with the DEL");
+    let record = node.state().join("cache").join(format!("{CONTAINER_ID}.json"));
+    assert!(
+        !record.exists(),
+        "no attachment record outlives the DEL (the ADD must not write it back)"
+    );
+    let leases: Vec<String> = std::fs::read_dir(node.state().join("host-local").join("cluster"))
+        .map(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|name| name.starts_with("10.250.0."))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(leases.is_empty(), "eth0's address was released: {leases:?}");
+}
+
+#[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
+fn shim_agent_a_del_beside_its_sandboxs_add_waits_for_it_and_leaves_nothing() {
+    if !root_or_skip("shim_agent_a_del_beside_its_sandboxs_add_waits_for_it_and_leaves_nothing") {
+        return;
+    }
+    let (node, log) = slow_node("race");
+    let pod = Netns::new("race-pod");
+    std::thread::scope(|scope| {
+        // A runtime that tears the sandbox down while its ADD still runs.
+        let add = scope.spawn(|| node.shim("ADD", &pod, "default", "web"));
+        eventually("the slow ADD to start", || {
+            log_lines(&log).contains(&"ADD start".to_string()).then_some(())
+        });
+        let del = node.shim("DEL", &pod, "default", "web");
+        assert!(del.status.success(), "DEL: {}\n{}", text(&del), node.log());
+        let add = add.join().unwrap();
+        assert!(add.status.success(), "ADD: {}\n{}", text(&add), node.log());
+    });
+    assert_eq!(
+        log_lines(&log),
+        ["ADD start", "ADD end", "DEL with the result"],
+        "the DEL waited for its sandbox's ADD, then DELeted what it attached:\n{}",
+        node.log()
+    );
+    assert_nothing_left(&node, &pod);
+}
+
+#[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
+fn shim_agent_an_add_whose_runtime_gave_up_runs_to_its_end_and_its_del_removes_it_all() {
+    if !root_or_skip("shim_agent_an_add_whose_runtime_gave_up_runs_to_its_end_and_its_del_removes_it_all") {
+        return;
+    }
+    let (node, log) = slow_node("gaveup");
+    let pod = Netns::new("gaveup-pod");
+    // The runtime's timeout: the shim is killed while the ADD runs, its connection closed.
+    let mut shim = spawn_shim_as(&node.bin, &node.conf, "ADD", &pod, "default", "web", CONTAINER_ID);
+    eventually("the slow ADD to start", || {
+        log_lines(&log).contains(&"ADD start".to_string()).then_some(())
+    });
+    shim.kill().unwrap();
+    shim.wait().unwrap();
+    // The agent finishes the ADD and records what it attached.
+    let record = node.state().join("cache").join(format!("{CONTAINER_ID}.json"));
+    eventually("the ADD to finish and record its results", || {
+        let bytes = std::fs::read(&record).ok()?;
+        let value: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+        let results = value["results"].as_array()?;
+        (results.len() == 2 && results.iter().all(|r| !r.is_null())).then_some(())
+    });
+    let del = node.shim("DEL", &pod, "default", "web");
+    assert!(del.status.success(), "DEL: {}\n{}", text(&del), node.log());
+    assert_eq!(
+        log_lines(&log),
+        ["ADD start", "ADD end", "DEL with the result"],
+        "the ADD ran to its end, the DEL after it with its result:\n{}",
+        node.log()
+    );
+    assert_nothing_left(&node, &pod);
+}

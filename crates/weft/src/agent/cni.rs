@@ -341,6 +341,8 @@ async fn execute<T: Send + 'static>(
 }
 
 async fn add(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) -> Result<Value, CniError> {
+    // Not beside a DEL or hot-plug pass of the same sandbox (records::Sandboxes).
+    let _sandbox = agent.sandboxes.lock(&request.container_id).await;
     let pod = pod_for_add(agent, request).await?;
     let lookup = match &pod {
         Some(pod) => PodLookup::Found(pod),
@@ -427,7 +429,7 @@ async fn write_network_status(agent: &Agent, pod: &weft_meta::Pod, value: &str) 
 }
 
 async fn del(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) -> Result<(), CniError> {
-    // Not beside a hot-plug pass of the same sandbox (records::Sandboxes).
+    // Not beside an ADD or hot-plug pass of the same sandbox (records::Sandboxes).
     let _sandbox = agent.sandboxes.lock(&request.container_id).await;
     let cached = read_cache(agent, &request.container_id).await?;
     let pod = pod_of(agent, request).await.unwrap_or(None);
@@ -567,13 +569,14 @@ pub async fn reconcile_pod_networks(
     if to_add.is_empty() && to_remove.is_empty() {
         return Ok(0);
     }
-    // Not beside a DEL of the same sandbox (records::Sandboxes).
+    // Not beside an ADD or DEL of the same sandbox (records::Sandboxes).
     let _sandbox = agent.sandboxes.lock(container_id).await;
     let mut record = cached_record(agent, container_id).await?;
     let shown = pod.metadata.annotation(weft_netconf::NETWORK_STATUS_ANNOTATION);
-    if record.network_status.is_some() && record.network_status.as_deref() != shown {
-        // Its ADD's network-status is not on the pod yet (a later ADD of the sandbox since the
-        // caller looked): that write's watch event brings the pod back.
+    if !record.hotplug_ready(pod.metadata.uid.as_deref(), shown) {
+        // A later ADD of the sandbox since the caller looked (this waited for it): it failed,
+        // or its network-status is not on the pod yet, whose write's watch event brings the
+        // pod back.
         return Ok(0);
     }
     if let Some(value) = record.network_status.take() {

@@ -89,8 +89,8 @@ pub fn clear_pending_status(cache_dir: &Path, container_id: &str, written: &str)
     write_unlocked(cache_dir, &path(cache_dir, container_id), &updated.to_bytes())
 }
 
-/// Async locks by key, in a fixed set of stripes (no per-key state to clean up): what the
-/// pod lock of network-status writes and the sandbox lock of DEL and hot-plug are made of.
+/// Async locks by key, in a fixed set of stripes (no per-key state to clean up): the pod lock
+/// of network-status writes, held only for a write (keys that share a stripe wait that long).
 pub struct Stripes {
     stripes: Vec<tokio::sync::Mutex<()>>,
 }
@@ -121,22 +121,105 @@ impl Stripes {
     }
 }
 
-/// One lock per sandbox: a DEL and a hot-plug pass of the same sandbox do not overlap (a
-/// hot-plug pass reads the record, runs delegates and writes it back; a DEL between would miss
-/// what it plugged and remove the record under it).
+/// One lock per sandbox: its ADD, DEL and hot-plug passes do not overlap. A hot-plug pass
+/// reads the record, runs delegates and writes it back; a DEL between would miss what it
+/// plugged and remove the record under it. A DEL beside its sandbox's ADD (a runtime that gave
+/// up waiting for the ADD and tears the sandbox down) would DEL the delegates before they were
+/// attached and remove the record, then the ADD would attach them and write the record again:
+/// the attachments would stay for good. Keyed by container id, not striped: an ADD holds its
+/// lock for as long as its delegates run, and unrelated sandboxes must never wait for it.
 #[derive(Default)]
-pub struct Sandboxes(Stripes);
+pub struct Sandboxes {
+    held: Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// A sandbox's lock, held until dropped; the last holder (or waiter) removes its entry.
+pub struct SandboxGuard<'a> {
+    owner: &'a Sandboxes,
+    container_id: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
 
 impl Sandboxes {
-    /// Hold `container_id`'s lock.
-    pub async fn lock(&self, container_id: &str) -> tokio::sync::MutexGuard<'_, ()> {
-        self.0.lock(&container_id).await
+    /// Hold `container_id`'s lock (waiting, in arrival order, for whoever holds it).
+    pub async fn lock(&self, container_id: &str) -> SandboxGuard<'_> {
+        let mutex = self
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(container_id.to_string())
+            .or_default()
+            .clone();
+        // Built before waiting, so a caller that stops waiting still removes an unused entry.
+        let mut guard = SandboxGuard {
+            owner: self,
+            container_id: container_id.to_string(),
+            guard: None,
+        };
+        guard.guard = Some(mutex.lock_owned().await);
+        guard
+    }
+
+    /// How many sandboxes have a lock entry (held or waited for).
+    pub fn entries(&self) -> usize {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+}
+
+impl Drop for SandboxGuard<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut held = self.owner.held.lock().unwrap_or_else(PoisonError::into_inner);
+        // Nobody else holds or waits for it: only the map's own reference is left (others
+        // take theirs under this same mutex).
+        if held
+            .get(&self.container_id)
+            .is_some_and(|m| std::sync::Arc::strong_count(m) == 1)
+        {
+            held.remove(&self.container_id);
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_sandbox_lock_serialises_its_sandbox_only_and_leaves_no_entry_behind() {
+        let sandboxes = std::sync::Arc::new(Sandboxes::default());
+        let first = sandboxes.lock("c1").await;
+        // Another sandbox does not wait.
+        let other = tokio::time::timeout(std::time::Duration::from_secs(5), sandboxes.lock("c2"))
+            .await
+            .expect("another sandbox's lock is free");
+        drop(other);
+        // The same sandbox waits until the holder lets go.
+        let waiter = {
+            let sandboxes = sandboxes.clone();
+            tokio::spawn(async move {
+                let _second = sandboxes.lock("c1").await;
+            })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiter.is_finished(), "c1 is held: the second lock waits");
+        drop(first);
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("the waiter gets the lock once it is let go")
+            .unwrap();
+        assert_eq!(
+            sandboxes.entries(),
+            0,
+            "no entry is left once nobody holds or waits"
+        );
+        // A waiter that gives up leaves nothing either.
+        let held = sandboxes.lock("c3").await;
+        let gave_up = tokio::time::timeout(std::time::Duration::from_millis(20), sandboxes.lock("c3")).await;
+        assert!(gave_up.is_err());
+        drop(held);
+        assert_eq!(sandboxes.entries(), 0);
+    }
 
     #[test]
     fn a_key_always_lands_in_the_same_stripe() {

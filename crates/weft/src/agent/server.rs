@@ -97,6 +97,20 @@ async fn read_body(
     }
 }
 
+/// Run a CNI call to its end even when its caller goes away. A runtime that gives up (its
+/// timeout, a killed shim) closes the connection, and the server then drops the handler: a
+/// call cut at an await would leave its delegates running on a blocking thread with no record
+/// of what they attach, and its sandbox's lock let go under them. Run to the end, the call
+/// records what it attached and keeps the lock; the runtime's DEL waits for it
+/// (`records::Sandboxes`) and tears all of it down.
+async fn to_the_end<T: Send + 'static>(call: impl Future<Output = T> + Send + 'static) -> T {
+    match tokio::spawn(call).await {
+        Ok(value) => value,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => panic!("CNI call task ended without an answer: {e}"),
+    }
+}
+
 /// Read and decode a `/cni` or `/delegate` request, run it, record its metrics, answer it.
 async fn answer(
     state: &ServerState,
@@ -122,10 +136,14 @@ async fn answer(
     };
     let verb = request.var("CNI_COMMAND").to_string();
     let started = Instant::now();
-    let outcome = match endpoint {
-        Endpoint::Delegate => state.agent.handle_delegate(request).await,
-        _ => state.agent.handle_cni(request).await,
-    };
+    let agent = state.agent.clone();
+    let outcome = to_the_end(async move {
+        match endpoint {
+            Endpoint::Delegate => agent.handle_delegate(request).await,
+            _ => agent.handle_cni(request).await,
+        }
+    })
+    .await;
     state
         .agent
         .metrics
@@ -160,7 +178,8 @@ async fn cni_call(
         Err(refusal) => return refused_raw(refusal),
     };
     let started = Instant::now();
-    let (verb, outcome) = state.agent.handle_cni_call(&body).await;
+    let agent = state.agent.clone();
+    let (verb, outcome) = to_the_end(async move { agent.handle_cni_call(&body).await }).await;
     let ok = outcome.exit_code == 0;
     state
         .agent

@@ -119,6 +119,21 @@ pub fn run_shim_as(
     pod: &str,
     container_id: &str,
 ) -> Output {
+    spawn_shim_as(bin, conf, command, pod_ns, namespace, pod, container_id)
+        .wait_with_output()
+        .unwrap()
+}
+
+/// [`run_shim_as`] without waiting: the running shim, its config already on stdin.
+pub fn spawn_shim_as(
+    bin: &Path,
+    conf: &serde_json::Value,
+    command: &str,
+    pod_ns: &Netns,
+    namespace: &str,
+    pod: &str,
+    container_id: &str,
+) -> std::process::Child {
     let cni_path = format!("{}:/usr/lib/cni", bin.display());
     let mut child = Command::new(bin.join("weft-cni"))
         .env_clear()
@@ -142,7 +157,7 @@ pub fn run_shim_as(
         .unwrap()
         .write_all(conf.to_string().as_bytes())
         .unwrap();
-    child.wait_with_output().unwrap()
+    child
 }
 
 /// Every kind `weft controller` lists and watches (all roles), Events included: what a fake
