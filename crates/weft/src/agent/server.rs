@@ -97,7 +97,7 @@ async fn read_body(
     }
 }
 
-/// Run a CNI call to its end even when its caller goes away. A runtime that gives up (its
+/// Run a CNI call (a weft-ipam one too) to its end even when its caller goes away. A runtime that gives up (its
 /// timeout, a killed shim) closes the connection, and the server then drops the handler: a
 /// call cut at an await would leave its delegates running on a blocking thread with no record
 /// of what they attach, and its sandbox's lock let go under them. Run to the end, the call
@@ -202,7 +202,8 @@ async fn ipam(State(state): State<Arc<ServerState>>, headers: HeaderMap, body: a
         Err(refusal) => return refused_raw(refusal),
     };
     let started = Instant::now();
-    let (verb, answer) = state.agent.handle_ipam(&body).await;
+    let agent = state.agent.clone();
+    let (verb, answer) = to_the_end(async move { agent.handle_ipam(&body).await }).await;
     let elapsed = started.elapsed().as_secs_f64();
     let json = [(axum::http::header::CONTENT_TYPE, "application/json")];
     match answer {
