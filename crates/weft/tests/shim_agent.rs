@@ -601,3 +601,64 @@ fn shim_agent_an_add_whose_runtime_gave_up_runs_to_its_end_and_its_del_removes_i
     );
     assert_nothing_left(&node, &pod);
 }
+
+/// A CNI 1.1 delegate: the ADD of `net2` takes 1.2 s, and a GC logs the interfaces of the
+/// valid attachments it was given (`LOG`; libcni sends the list under two keys).
+const GC_WATCH_PLUGIN: &str = r#"#!/bin/sh
+input=$(cat)
+case "$CNI_COMMAND" in
+VERSION)
+  echo '{"cniVersion":"1.1.0","supportedVersions":["1.0.0","1.1.0"]}' ;;
+ADD)
+  if [ "$CNI_IFNAME" = net2 ]; then
+    echo "ADD net2 start" >> LOG
+    sleep 1.2
+    echo "ADD net2 end" >> LOG
+  fi
+  printf '{"cniVersion":"1.1.0","interfaces":[{"name":"%s","sandbox":"%s"}]}\n' "$CNI_IFNAME" "$CNI_NETNS" ;;
+GC)
+  echo "GC $(echo "$input" | grep -o '"ifname": *"[a-z0-9]*"' | sed 's/.*"\([a-z0-9]*\)"$/\1/' | sort -u | tr '\n' ' ')" >> LOG ;;
+esac
+exit 0
+"#;
+
+#[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
+fn shim_agent_gc_waits_for_a_hotplug_pass_and_keeps_what_it_attached() {
+    if !root_or_skip("shim_agent_gc_waits_for_a_hotplug_pass_and_keeps_what_it_attached") {
+        return;
+    }
+    let nad = "---\napiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: gcw, namespace: default}\nspec:\n  config: '{\"cniVersion\":\"1.1.0\",\"type\":\"gcwatch\"}'\n";
+    let manifests = nad.to_string() + &pod_manifest("default", "web", "gcw@net1");
+    let node = Node::start("gcw", &manifests, serde_json::json!({"cniVersion": "1.1.0"}));
+    let log = node.state().join("gcwatch.log");
+    install_script_plugin(
+        &node.bin,
+        "gcwatch",
+        &GC_WATCH_PLUGIN.replace("LOG", &log.display().to_string()),
+    );
+    let pod = Netns::new("gcw-pod");
+    let add = node.shim("ADD", &pod, "default", "web");
+    assert!(add.status.success(), "ADD: {}\n{}", text(&add), node.log());
+    // The pod gains a second attachment of the same network: a hot-plug pass ADDs net2, slowly.
+    let file = node.state().join("pod2.yaml");
+    std::fs::write(&file, pod_manifest("default", "web", "gcw@net1,gcw@net2")).unwrap();
+    let applied = weft(node.state(), &["apply", "-f", file.to_str().unwrap()]);
+    assert!(applied.status.success(), "{}", text(&applied));
+    eventually("the hot-plug ADD of net2 to start", || {
+        log_lines(&log)
+            .contains(&"ADD net2 start".to_string())
+            .then_some(())
+    });
+    // The runtime's GC meanwhile (it never overlaps its own ADDs; this pass is the agent's).
+    let gc = node.shim("GC", &pod, "default", "web");
+    assert!(gc.status.success(), "GC: {}\n{}", text(&gc), node.log());
+    assert_eq!(
+        log_lines(&log),
+        ["ADD net2 start", "ADD net2 end", "GC net1 net2 "],
+        "the GC waited for the hot-plug pass and kept net2 valid:\n{}",
+        node.log()
+    );
+    let del = node.shim("DEL", &pod, "default", "web");
+    assert!(del.status.success(), "DEL: {}\n{}", text(&del), node.log());
+}

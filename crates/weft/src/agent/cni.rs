@@ -341,7 +341,9 @@ async fn execute<T: Send + 'static>(
 }
 
 async fn add(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) -> Result<Value, CniError> {
-    // Not beside a DEL or hot-plug pass of the same sandbox (records::Sandboxes).
+    // Not beside a GC (Agent::gc_gate), nor a DEL or hot-plug pass of the same sandbox
+    // (records::Sandboxes); always in this order.
+    let _gc = agent.gc_gate.read().await;
     let _sandbox = agent.sandboxes.lock(&request.container_id).await;
     let pod = pod_for_add(agent, request).await?;
     let lookup = match &pod {
@@ -530,6 +532,9 @@ pub(super) async fn cached_records_of(agent: &Agent) -> Result<Vec<CacheRecord>,
 }
 
 async fn gc(agent: &Agent) -> Result<(), CniError> {
+    // The runtime never overlaps its GC with its ADDs (CNI 1.1), but hot-plug passes are the
+    // agent's own: wait for those in flight, and hold new ones until the GC is done.
+    let _alone = agent.gc_gate.write().await;
     let records = cached_records_of(agent).await?;
     let targets = weft_meta::cache::gc_targets(&records);
     execute(agent, move |executor| executor.gc(&targets))
@@ -569,7 +574,8 @@ pub async fn reconcile_pod_networks(
     if to_add.is_empty() && to_remove.is_empty() {
         return Ok(0);
     }
-    // Not beside an ADD or DEL of the same sandbox (records::Sandboxes).
+    // Not beside a GC, nor an ADD or DEL of the same sandbox (as ADD, in this order).
+    let _gc = agent.gc_gate.read().await;
     let _sandbox = agent.sandboxes.lock(container_id).await;
     let mut record = cached_record(agent, container_id).await?;
     let shown = pod.metadata.annotation(weft_netconf::NETWORK_STATUS_ANNOTATION);

@@ -247,6 +247,7 @@ mod tests {
             status_write: super::super::status_writes::StatusWrite::BeforeReply,
             status_writes,
             sandboxes: Default::default(),
+            gc_gate: Default::default(),
             plugins: Arc::new(weft_cni::runtime::limit::ExecLimit::new(8)),
             events: crate::event_recorder::Recorder::new(
                 backend,

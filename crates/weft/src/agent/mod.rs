@@ -134,8 +134,11 @@ pub struct Agent {
     pub status_write: status_writes::StatusWrite,
     /// The network-status writes that run after their ADD answered.
     pub status_writes: Arc<status_writes::StatusWrites>,
-    /// A DEL and a hot-plug pass of one sandbox do not overlap.
+    /// A sandbox's ADD, DEL and hot-plug passes do not overlap.
     pub sandboxes: records::Sandboxes,
+    /// ADDs and hot-plug passes hold it shared, GC alone: GC builds the valid attachments from
+    /// the records, so an attachment made meanwhile (not yet in a record) would be collected.
+    pub gc_gate: tokio::sync::RwLock<()>,
     /// The node-wide bound on ADD plugin processes at once (`--max-plugins`).
     pub plugins: Arc<weft_cni::runtime::limit::ExecLimit>,
 }
@@ -269,6 +272,7 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
         ),
         status_writes,
         sandboxes: Default::default(),
+        gc_gate: Default::default(),
         plugins: Arc::new(weft_cni::runtime::limit::ExecLimit::new(plugin_slots(
             args.max_plugins,
             args.parallel_delegates,
