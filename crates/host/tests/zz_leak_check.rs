@@ -1,11 +1,16 @@
 //! Leak check: no test namespace may outlive the test process that created it. Every root test
 //! names its namespaces after its process: `wt-host-<pid>-<n>` (weft-host's own tests) and
 //! `wt-<tag><pid>-<n>` (weft-testing's `Netns`, used by every other crate). Namespaces of
-//! processes still running (a parallel run) are not leaks.
+//! processes still running (a parallel run) are not leaks. Nor may a process outlive its test:
+//! one whose arguments or working directory lie in a test's temporary directory (tempfile's
+//! `<tmp>/.tmpXXXXXX`: agents' state dirs, QEMU's disks, passt's and containerd's sockets, etcd's
+//! data) after that directory is gone was left running by its test.
 //!
 //! `scripts/test.sh` runs this binary alone, after every other test has finished (nextest runs
 //! test binaries in parallel, so no name order can make it last); in the main run it is
 //! filtered out.
+
+use std::path::{Path, PathBuf};
 
 use weft_host::Netns;
 
@@ -32,6 +37,102 @@ fn no_test_namespace_outlives_its_test_process() {
         })
         .collect();
     assert!(leaked.is_empty(), "leaked test namespaces: {leaked:?}");
+}
+
+/// Every test temporary directory (`<tmp>/.tmpXXXXXX`) named in `arg`, wherever it appears
+/// (`--state-dir=…`, QEMU's `file=…,if=virtio`).
+fn test_dirs_in(arg: &str, tmp: &Path) -> Vec<PathBuf> {
+    let prefix = format!("{}/.tmp", tmp.display());
+    let mut found = Vec::new();
+    let mut rest = arg;
+    while let Some(at) = rest.find(&prefix) {
+        let name: String = rest[at + tmp.as_os_str().len() + 1..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+            .collect();
+        found.push(tmp.join(&name));
+        rest = &rest[at + prefix.len()..];
+    }
+    found
+}
+
+/// This process and its ancestors (the test runner): never leaks.
+fn ours() -> Vec<u32> {
+    let mut pids = vec![std::process::id()];
+    while let Some(parent) = std::fs::read_to_string(format!("/proc/{}/stat", pids[pids.len() - 1]))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse::<u32>()
+                .ok()
+        })
+        .filter(|&ppid| ppid > 1)
+    {
+        pids.push(parent);
+    }
+    pids
+}
+
+#[test]
+fn no_process_outlives_its_test_directory() {
+    let tmp = std::env::temp_dir();
+    let ours = ours();
+    let mut leaked = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if ours.contains(&pid) {
+            continue;
+        }
+        // Gone meanwhile, or a kernel thread: nothing to read.
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|&b| b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let cwd = std::fs::read_link(entry.path().join("cwd"))
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let gone = args
+            .iter()
+            .chain(std::iter::once(&cwd))
+            .flat_map(|a| test_dirs_in(a, &tmp))
+            .find(|dir| !dir.exists());
+        if let Some(dir) = gone {
+            leaked.push(format!("pid {pid} ({}): {}", dir.display(), args.join(" ")));
+        }
+    }
+    assert!(
+        leaked.is_empty(),
+        "processes left running after their test's directory was removed:\n{}",
+        leaked.join("\n")
+    );
+}
+
+#[test]
+fn test_directories_are_read_from_arguments() {
+    let tmp = Path::new("/tmp");
+    assert_eq!(
+        test_dirs_in("--state-dir=/tmp/.tmpAb1_x/node", tmp),
+        [PathBuf::from("/tmp/.tmpAb1_x")]
+    );
+    assert_eq!(
+        test_dirs_in("file=/tmp/.tmpQ/disk.qcow2,if=virtio,file=/tmp/.tmpR", tmp),
+        [PathBuf::from("/tmp/.tmpQ"), PathBuf::from("/tmp/.tmpR")]
+    );
+    assert_eq!(
+        test_dirs_in("/tmp/.tmpQ (deleted)", tmp),
+        [PathBuf::from("/tmp/.tmpQ")]
+    );
+    assert!(test_dirs_in("/tmp/other/.tmpQ", tmp).is_empty());
+    assert!(test_dirs_in("/var/lib/weft", tmp).is_empty());
 }
 
 #[test]
