@@ -161,7 +161,8 @@ impl Sandboxes {
     }
 
     /// How many sandboxes have a lock entry (held or waited for).
-    pub fn entries(&self) -> usize {
+    #[cfg(test)]
+    fn entries(&self) -> usize {
         self.held.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 }
