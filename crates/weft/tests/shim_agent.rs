@@ -521,6 +521,11 @@ fn log_lines(log: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Wait (up to 15 s) until the plugin's `log` has `line`.
+fn wait_for_line(log: &Path, line: &str) {
+    eventually(line, || log_lines(log).iter().any(|l| l == line).then_some(()));
+}
+
 /// After the DEL: nothing of the pod's attachment is left (eth0, its host-local address, the
 /// attachment record).
 fn assert_nothing_left(node: &Node, pod: &Netns) {
@@ -551,9 +556,7 @@ fn shim_agent_a_del_beside_its_sandboxs_add_waits_for_it_and_leaves_nothing() {
     std::thread::scope(|scope| {
         // A runtime that tears the sandbox down while its ADD still runs.
         let add = scope.spawn(|| node.shim("ADD", &pod, "default", "web"));
-        eventually("the slow ADD to start", || {
-            log_lines(&log).contains(&"ADD start".to_string()).then_some(())
-        });
+        wait_for_line(&log, "ADD start");
         let del = node.shim("DEL", &pod, "default", "web");
         assert!(del.status.success(), "DEL: {}\n{}", text(&del), node.log());
         let add = add.join().unwrap();
@@ -578,9 +581,7 @@ fn shim_agent_an_add_whose_runtime_gave_up_runs_to_its_end_and_its_del_removes_i
     let pod = Netns::new("gaveup-pod");
     // The runtime's timeout: the shim is killed while the ADD runs, its connection closed.
     let mut shim = spawn_shim_as(&node.bin, &node.conf, "ADD", &pod, "default", "web", CONTAINER_ID);
-    eventually("the slow ADD to start", || {
-        log_lines(&log).contains(&"ADD start".to_string()).then_some(())
-    });
+    wait_for_line(&log, "ADD start");
     shim.kill().unwrap();
     shim.wait().unwrap();
     // The agent finishes the ADD and records what it attached.
@@ -645,11 +646,7 @@ fn shim_agent_gc_waits_for_a_hotplug_pass_and_keeps_what_it_attached() {
     std::fs::write(&file, pod_manifest("default", "web", "gcw@net1,gcw@net2")).unwrap();
     let applied = weft(node.state(), &["apply", "-f", file.to_str().unwrap()]);
     assert!(applied.status.success(), "{}", text(&applied));
-    eventually("the hot-plug ADD of net2 to start", || {
-        log_lines(&log)
-            .contains(&"ADD net2 start".to_string())
-            .then_some(())
-    });
+    wait_for_line(&log, "ADD net2 start");
     // The runtime's GC meanwhile (it never overlaps its own ADDs; this pass is the agent's).
     let gc = node.shim("GC", &pod, "default", "web");
     assert!(gc.status.success(), "GC: {}\n{}", text(&gc), node.log());
