@@ -17,6 +17,15 @@ pub struct K8sArgs {
 }
 
 impl K8sArgs {
+    /// The pod's namespace, `default` when the runtime left it out (as Kubernetes reads a
+    /// missing namespace).
+    pub fn namespace_or_default(&self) -> &str {
+        match self.pod_namespace.as_str() {
+            "" => "default",
+            ns => ns,
+        }
+    }
+
     /// `<ns>/<pod>/<uid>`, the prefix of Multus's error messages.
     pub fn pod_label(&self) -> String {
         format!("{}/{}/{}", self.pod_namespace, self.pod_name, self.pod_uid)

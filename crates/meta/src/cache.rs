@@ -134,10 +134,7 @@ impl CacheRecord {
 
     /// The namespace of the record's pod (`default` when the runtime left it out).
     pub fn pod_namespace(&self) -> &str {
-        match self.k8s.pod_namespace.as_str() {
-            "" => "default",
-            ns => ns,
-        }
+        self.k8s.namespace_or_default()
     }
 
     /// Whether a hot-plug pass may act on this record for the pod now holding its name

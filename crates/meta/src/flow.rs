@@ -146,10 +146,7 @@ pub fn decide_del_plan(
         _ => None,
     };
     let requested = (
-        match request.k8s.pod_namespace.as_str() {
-            "" => "default".to_string(),
-            ns => ns.to_string(),
-        },
+        request.k8s.namespace_or_default().to_string(),
         request.k8s.pod_name.clone(),
     );
     match decide_del(config, cache, &request.container_id, pod.is_some()) {

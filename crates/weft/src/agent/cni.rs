@@ -153,10 +153,7 @@ async fn pod_for_add(agent: &Agent, request: &AttachmentRequest) -> Result<Optio
             codes::TRY_AGAIN_LATER,
             format!(
                 "pod {}/{} does not exist",
-                match request.k8s.pod_namespace.as_str() {
-                    "" => "default",
-                    ns => ns,
-                },
+                request.k8s.namespace_or_default(),
                 request.k8s.pod_name
             ),
         )

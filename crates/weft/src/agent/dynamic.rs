@@ -63,13 +63,7 @@ async fn attached_pods(agent: &Agent) -> Vec<PodKey> {
     let mut keys: Vec<PodKey> = records
         .into_iter()
         .filter(|r| !r.k8s.pod_name.is_empty())
-        .map(|r| {
-            let ns = match r.k8s.pod_namespace.as_str() {
-                "" => "default".to_string(),
-                ns => ns.to_string(),
-            };
-            PodKey(ns, r.k8s.pod_name)
-        })
+        .map(|r| PodKey(r.pod_namespace().to_string(), r.k8s.pod_name))
         .collect();
     keys.sort();
     keys.dedup();
