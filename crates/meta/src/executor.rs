@@ -306,9 +306,9 @@ impl<'a, E: PluginExec> Executor<'a, E> {
         })
     }
 
-    /// DEL every delegate in reverse plan order (with parallelism: all at once, the master
-    /// last when [`schedule`] runs it alone), whatever fails; `cached` are the ADD results in
-    /// plan order when known (for `prevResult`).
+    /// DEL every delegate in reverse plan order (with parallelism: all at once, up to
+    /// [`DELS_AT_ONCE`], the master last when [`schedule`] runs it alone), whatever fails;
+    /// `cached` are the ADD results in plan order when known (for `prevResult`).
     pub fn del(
         &self,
         request: &AttachmentRequest,

@@ -49,7 +49,7 @@ pub struct AgentArgs {
     #[arg(long, default_value = "/var/lib/weft/cache")]
     pub cache_dir: PathBuf,
     /// How many of a pod's delegates are ADDed at once, the cluster network among them unless a
-    /// delegate depends on it (`weft_meta::schedule`); its DELs then all run at once. 1: one
+    /// delegate depends on it (`weft_meta::schedule`); its DELs then all at once, up to 16. 1: one
     /// after another, ADD and DEL, as Multus.
     #[arg(long, default_value_t = 4)]
     pub parallel_delegates: usize,

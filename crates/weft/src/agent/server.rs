@@ -97,11 +97,11 @@ async fn read_body(
     }
 }
 
-/// Run a CNI call (a weft-ipam one too) to its end even when its caller goes away. A runtime that gives up (its
-/// timeout, a killed shim) closes the connection, and the server then drops the handler: a
-/// call cut at an await would leave its delegates running on a blocking thread with no record
-/// of what they attach, and its sandbox's lock let go under them. Run to the end, the call
-/// records what it attached and keeps the lock; the runtime's DEL waits for it
+/// Run a CNI call (a weft-ipam one too) to its end even when its caller goes away. A runtime
+/// that gives up (its timeout, a killed shim) closes the connection, and the server then drops
+/// the handler: a call cut at an await would leave its delegates running on a blocking thread
+/// with no record of what they attach, and its sandbox's lock let go under them. Run to the
+/// end, the call records what it attached and keeps the lock; the runtime's DEL waits for it
 /// (`records::Sandboxes`) and tears all of it down.
 async fn to_the_end<T: Send + 'static>(call: impl Future<Output = T> + Send + 'static) -> T {
     match tokio::spawn(call).await {
