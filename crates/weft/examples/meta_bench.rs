@@ -24,6 +24,9 @@
 //! cargo run --release -p weft --example meta_bench -- [iterations] [pods]   # as root
 //! ```
 //!
+//! `WEFT_BENCH_PARTS` (a comma-separated list of `1`, `1b`, `2`, `3`, `restart`; all when unset)
+//! runs only those parts, e.g. `WEFT_BENCH_PARTS=1b` for longer samples of the burst alone.
+//!
 //! The weft binary is `target/<profile>/weft` next to this example (built first if `cargo`
 //! started us), or `$WEFT_BIN`. Every namespace is named `wt-mb-<pid>-<n>` and deleted on
 //! exit, failure included.
@@ -256,6 +259,34 @@ fn agent_mean_ms(before: (f64, u64), after: (f64, u64)) -> f64 {
 
 // ---------------------------------------------------------------- main
 
+/// The parts to run: `WEFT_BENCH_PARTS`, all when unset.
+struct Parts(Option<Vec<String>>);
+
+impl Parts {
+    const ALL: [&str; 5] = ["1", "1b", "2", "3", "restart"];
+
+    fn from_env() -> Result<Self> {
+        let Ok(list) = std::env::var("WEFT_BENCH_PARTS") else {
+            return Ok(Self(None));
+        };
+        let parts: Vec<String> = list.split(',').map(|p| p.trim().to_string()).collect();
+        for part in &parts {
+            ensure!(
+                Self::ALL.contains(&part.as_str()),
+                "WEFT_BENCH_PARTS: unknown part {part:?} (parts: {})",
+                Self::ALL.join(", ")
+            );
+        }
+        Ok(Self(Some(parts)))
+    }
+
+    fn run(&self, part: &str) -> bool {
+        self.0
+            .as_ref()
+            .is_none_or(|parts| parts.iter().any(|p| p == part))
+    }
+}
+
 fn main() -> Result<()> {
     use world::World;
     if !nix::unistd::Uid::effective().is_root() {
@@ -264,6 +295,7 @@ fn main() -> Result<()> {
     }
     let iterations = arg(1, 30)?;
     let pods = arg(2, 200)?;
+    let parts = Parts::from_env()?;
     let dir = tempfile::Builder::new().prefix("wt-mb-").tempdir()?;
     let world = World::new(dir.path(), pods)?;
     let a1 = world.agent("a1", 1, None)?;
@@ -320,54 +352,63 @@ fn main() -> Result<()> {
         ));
         agents.push(("Kubernetes API: 4, `--network-status before-reply`", k4b));
     }
-    let server_cpu = kube.as_ref().and_then(kube::Kube::server_cpu_ms);
-    add_del::run(&world, &agents, iterations)?;
-    let server_cpu_after = kube.as_ref().and_then(kube::Kube::server_cpu_ms);
-    if let (Some(before), Some(after)) = (server_cpu, server_cpu_after) {
-        println!(
-            "\nAPI server + etcd CPU during part 1: {:.0} ms, {:.1} ms per Kubernetes ADD+DEL ({} of them; its idle work included).",
-            after - before,
-            (after - before) / (4 * (iterations + 2)) as f64,
-            // Four Kubernetes variants, each iteration and the 2 warm-ups.
-            4 * (iterations + 2)
-        );
+    if parts.run("1") {
+        let server_cpu = kube.as_ref().and_then(kube::Kube::server_cpu_ms);
+        add_del::run(&world, &agents, iterations)?;
+        let server_cpu_after = kube.as_ref().and_then(kube::Kube::server_cpu_ms);
+        if let (Some(before), Some(after)) = (server_cpu, server_cpu_after) {
+            println!(
+                "\nAPI server + etcd CPU during part 1: {:.0} ms, {:.1} ms per Kubernetes ADD+DEL ({} of them; its idle work included).",
+                after - before,
+                (after - before) / (4 * (iterations + 2)) as f64,
+                // Four Kubernetes variants, each iteration and the 2 warm-ups.
+                4 * (iterations + 2)
+            );
+        }
+        if let (Some(kube), Some(k4), Some(k4_each)) = (&kube, &k4, &k4_each) {
+            kube::server_cpu_per_pod(
+                &world,
+                kube,
+                &[
+                    ("Kubernetes API, 4 (one Event per ADD)", k4),
+                    ("Kubernetes API, 4, `--interface-events per-interface`", k4_each),
+                ],
+                iterations.min(pods / 2),
+            )?;
+        }
     }
-    if let (Some(kube), Some(k4), Some(k4_each)) = (&kube, &k4, &k4_each) {
-        kube::server_cpu_per_pod(
-            &world,
-            kube,
-            &[
-                ("Kubernetes API, 4 (one Event per ADD)", k4),
-                ("Kubernetes API, 4, `--interface-events per-interface`", k4_each),
-            ],
-            iterations.min(pods / 2),
-        )?;
+    if parts.run("1b") {
+        // The same without the node's bound on ADD plugins (64 is more than a burst runs), to
+        // show what the bound saves when the plugins alone saturate the cores.
+        let a4_unbounded = world.agent_with("a4u", 4, &["--max-plugins", "64"])?;
+        let mut concurrent_agents = vec![
+            ("shim → agent, 4 (default), embedded store", &a4),
+            (
+                "shim → agent, 4, `--max-plugins 64` (no node bound)",
+                &a4_unbounded,
+            ),
+        ];
+        if let (Some(k4), Some(k4b)) = (&k4, &k4_before) {
+            concurrent_agents.push(("Kubernetes API: shim → agent, 4", k4));
+            concurrent_agents.push(("Kubernetes API: 4, `--network-status before-reply`", k4b));
+        }
+        let server_cpu = || kube.as_ref().and_then(kube::Kube::server_cpu_ms);
+        concurrent::run(&world, &concurrent_agents, iterations.div_ceil(2), &server_cpu)?;
     }
-    // The same without the node's bound on ADD plugins (64 is more than a burst runs), to show
-    // what the bound saves when the plugins alone saturate the cores.
-    let a4_unbounded = world.agent_with("a4u", 4, &["--max-plugins", "64"])?;
-    let mut concurrent_agents = vec![
-        ("shim → agent, 4 (default), embedded store", &a4),
-        (
-            "shim → agent, 4, `--max-plugins 64` (no node bound)",
-            &a4_unbounded,
-        ),
-    ];
-    if let (Some(k4), Some(k4b)) = (&k4, &k4_before) {
-        concurrent_agents.push(("Kubernetes API: shim → agent, 4", k4));
-        concurrent_agents.push(("Kubernetes API: 4, `--network-status before-reply`", k4b));
-    }
-    concurrent::run(&world, &concurrent_agents, iterations.div_ceil(2))?;
-    if let (Some(kube), Some(k4)) = (&kube, &k4) {
+    if let (Some(kube), Some(k4), true) = (&kube, &k4, parts.run("1")) {
         match &kube.audit {
             Some(audit) => kube::requests_per_pod(&world, k4, audit, 5)?,
             None => println!("# API request counts skipped: {} is not set", kube::AUDIT_ENV),
         }
     }
-    round_trip::run(&world, &a4, iterations)?;
+    if parts.run("2") {
+        round_trip::run(&world, &a4, iterations)?;
+    }
     drop((a1, a4_tmpfs, k1, k4_each, k1_before, k4_before));
-    rss::run(&world, &a4, pods, idle_at_start)?;
-    if let (Some(kube), Some(k4)) = (&kube, k4) {
+    if parts.run("3") {
+        rss::run(&world, &a4, pods, idle_at_start)?;
+    }
+    if let (Some(kube), Some(k4), true) = (&kube, k4, parts.run("restart")) {
         drop(a4);
         kube::restart(&world, kube, k4, "k4", pods)?;
     }
