@@ -272,23 +272,21 @@ fn cache_path(agent: &Agent, container_id: &str) -> PathBuf {
 
 /// Write `record` as its container's attachment cache file (on the blocking pool).
 async fn write_cache(agent: &Agent, record: &CacheRecord) -> Result<(), CniError> {
-    let (dir, path, bytes) = (
-        agent.args.cache_dir.clone(),
-        cache_path(agent, &record.container_id),
-        record.to_bytes(),
-    );
-    blocking(move || write_cache_file(&dir, &path, &bytes)).await?
+    let (dir, record) = (agent.args.cache_dir.clone(), record.clone());
+    blocking(move || {
+        super::records::write(&dir, &record).map_err(|e| {
+            let path = super::records::path(&dir, &record.container_id);
+            internal(format!("cannot write the attachment cache {}", path.display()), e)
+        })
+    })
+    .await?
 }
 
 /// [`write_cache`] for hot-plug, which rewrites a record it read before running delegates:
 /// only while the record is there (a DEL meanwhile removed it; it must stay removed).
 async fn write_existing_cache(agent: &Agent, record: &CacheRecord) -> Result<(), CniError> {
-    let (dir, path, bytes) = (
-        agent.args.cache_dir.clone(),
-        cache_path(agent, &record.container_id),
-        record.to_bytes(),
-    );
-    let written = blocking(move || super::records::replace(&dir, &path, &bytes))
+    let (dir, copy) = (agent.args.cache_dir.clone(), record.clone());
+    let written = blocking(move || super::records::replace(&dir, &copy))
         .await?
         .map_err(|e| internal("cannot write the attachment cache", e))?;
     match written {
@@ -303,11 +301,6 @@ async fn write_existing_cache(agent: &Agent, record: &CacheRecord) -> Result<(),
     }
 }
 
-fn write_cache_file(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), CniError> {
-    super::records::write(dir, path, bytes)
-        .map_err(|e| internal(format!("cannot write the attachment cache {}", path.display()), e))
-}
-
 /// The attachment cache file of `container_id`, if it can be read (on the blocking pool).
 async fn read_cache(agent: &Agent, container_id: &str) -> Result<Option<Vec<u8>>, CniError> {
     let path = cache_path(agent, container_id);
@@ -315,8 +308,8 @@ async fn read_cache(agent: &Agent, container_id: &str) -> Result<Option<Vec<u8>>
 }
 
 async fn remove_cache(agent: &Agent, container_id: &str) -> Result<(), CniError> {
-    let path = cache_path(agent, container_id);
-    blocking(move || super::records::remove(&path)).await
+    let (dir, id) = (agent.args.cache_dir.clone(), container_id.to_string());
+    blocking(move || super::records::remove(&dir, &id)).await
 }
 
 /// Run `f` with an executor on a blocking thread (delegates are processes; waiting is blocking).

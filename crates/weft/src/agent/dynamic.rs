@@ -87,24 +87,29 @@ pub fn runtime_config_bytes(conf_dir: &std::path::Path) -> anyhow::Result<Vec<u8
 /// of changes. The pod is read from `reads` (the watch cache).
 pub async fn reconcile_pod(agent: &Agent, reads: &Arc<dyn Store>, key: &PodKey) -> anyhow::Result<usize> {
     let PodKey(ns, name) = key;
-    // The attachment records and the conflist, in one trip to the blocking pool.
-    let (cache_dir, conf_dir) = (agent.args.cache_dir.clone(), agent.args.conf_dir.clone());
-    let (records, config) =
-        crate::sys::blocking(move || (super::records::all(&cache_dir), runtime_config_bytes(&conf_dir)))
-            .await?;
-    let records: Vec<_> = records.into_iter().filter(|r| r.is_pod(ns, name)).collect();
+    // The pod's attachment records (decoded ones from memory: this runs on every change of
+    // every pod of the node).
+    let (cache_dir, pod_ns, pod_name) = (agent.args.cache_dir.clone(), ns.clone(), name.clone());
+    let records =
+        crate::sys::blocking(move || super::records::of_pod(&cache_dir, &pod_ns, &pod_name)).await?;
     if records.is_empty() {
         return Ok(0);
     }
     let Some(pod) = Api::<Pod>::namespaced(reads.clone(), ns).get(name).await? else {
         return Ok(0);
     };
+    let status = pod.metadata.annotation(weft_netconf::NETWORK_STATUS_ANNOTATION);
+    let records: Vec<_> = records
+        .into_iter()
+        .filter(|r| r.hotplug_ready(pod.metadata.uid.as_deref(), status))
+        .collect();
+    if records.is_empty() {
+        return Ok(0);
+    }
+    let conf_dir = agent.args.conf_dir.clone();
+    let config = crate::sys::blocking(move || runtime_config_bytes(&conf_dir)).await?;
     let mut changes = 0;
     for record in records {
-        let status = pod.metadata.annotation(weft_netconf::NETWORK_STATUS_ANNOTATION);
-        if !record.hotplug_ready(pod.metadata.uid.as_deref(), status) {
-            continue;
-        }
         let Ok(config) = &config else {
             return Ok(changes);
         };

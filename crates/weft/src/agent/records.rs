@@ -2,9 +2,20 @@
 //! written by ADD and hot-plug, read by DEL, CHECK, GC and the hot-plug resync, cleared of a
 //! written network-status by the deferred writer (status_writes.rs). Every function reads or
 //! writes files: call them on a blocking thread.
+//!
+//! Records read or written are also kept decoded in memory, each with the identity of the file
+//! it came from (device, inode, size, modification and change times): a read of an unchanged
+//! record is a `stat(2)`, not a JSON decode. That matters because the hot-plug reconciler looks
+//! at a pod's records on every change of the pod, and finding a pod's records means looking at
+//! every record of the node; the deferred network-status writer reads a record several times
+//! per write. The file stays the truth: a record replaced or edited by anyone else is a new
+//! identity and is read again, and a removed one is gone.
 
+use std::collections::HashMap;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
 use weft_meta::CacheRecord;
 
@@ -17,20 +28,53 @@ fn lock() -> MutexGuard<'static, ()> {
     RECORDS.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Which file a record was decoded from. A rename (every write here) makes a new inode; an
+/// edit in place changes the size or the times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileId {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+}
+
+/// The records decoded so far, by path, with the identity of their file.
+type Decoded = HashMap<PathBuf, (FileId, Arc<CacheRecord>)>;
+
+static DECODED: LazyLock<Mutex<Decoded>> = LazyLock::new(Mutex::default);
+
+fn decoded() -> MutexGuard<'static, Decoded> {
+    DECODED.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// The record file of `container_id` in `cache_dir`.
 pub fn path(cache_dir: &Path, container_id: &str) -> PathBuf {
     cache_dir.join(format!("{container_id}.json"))
 }
 
-/// Write `bytes` as the record at `path` (in `dir`), atomically (a rename), readable by root
+/// Write `record` as its container's record in `dir`, atomically (a rename), readable by root
 /// only.
-pub fn write(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub fn write(dir: &Path, record: &CacheRecord) -> std::io::Result<()> {
     let _records = lock();
-    write_unlocked(dir, path, bytes)
+    write_unlocked(dir, record)
 }
 
-fn write_unlocked(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+fn write_unlocked(dir: &Path, record: &CacheRecord) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
+    let path = path(dir, &record.container_id);
     let tmp = path.with_extension("tmp");
     std::fs::create_dir_all(dir)?;
     let mut file = std::fs::OpenOptions::new()
@@ -41,42 +85,108 @@ fn write_unlocked(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> 
         .open(&tmp)?;
     // No fsync: the record must survive agent restarts (the page cache does); after a node
     // crash DEL plans from the pod and its NADs instead. Rename keeps it atomic.
-    std::io::Write::write_all(&mut file, bytes)?;
-    std::fs::rename(&tmp, path)
+    std::io::Write::write_all(&mut file, &record.to_bytes())?;
+    std::fs::rename(&tmp, &path)?;
+    // The identity after the rename (it changes the inode's change time). Every write here
+    // holds the lock, so the file is still this one.
+    match std::fs::metadata(&path) {
+        Ok(meta) => {
+            decoded().insert(path, (FileId::of(&meta), Arc::new(record.clone())));
+        }
+        Err(_) => {
+            decoded().remove(&path);
+        }
+    }
+    Ok(())
 }
 
-/// Remove the record at `path` (a missing one is no error: DEL is idempotent).
-pub fn remove(path: &Path) {
+/// Remove `container_id`'s record in `dir` (a missing one is no error: DEL is idempotent).
+pub fn remove(dir: &Path, container_id: &str) {
     let _records = lock();
-    let _ = std::fs::remove_file(path);
+    let path = path(dir, container_id);
+    let _ = std::fs::remove_file(&path);
+    decoded().remove(&path);
+}
+
+/// The record at `path`, which names `container_id`'s, if it is there and readable: from
+/// memory while the file is the one it was decoded from.
+fn load(path: &Path, container_id: &str) -> Option<Arc<CacheRecord>> {
+    let Ok(meta) = std::fs::metadata(path) else {
+        decoded().remove(path);
+        return None;
+    };
+    if let Some((seen, record)) = decoded().get(path)
+        && *seen == FileId::of(&meta)
+    {
+        return Some(record.clone());
+    }
+    // The identity of the file actually read (it may have been replaced since the stat).
+    let mut file = std::fs::File::open(path).ok()?;
+    let id = FileId::of(&file.metadata().ok()?);
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).ok()?;
+    match CacheRecord::decode(&bytes, container_id) {
+        Ok(record) => {
+            let record = Arc::new(record);
+            decoded().insert(path.to_path_buf(), (id, record.clone()));
+            Some(record)
+        }
+        Err(_) => {
+            decoded().remove(path);
+            None
+        }
+    }
 }
 
 /// `container_id`'s record in `cache_dir`, if there is a readable one.
 pub fn read(cache_dir: &Path, container_id: &str) -> Option<CacheRecord> {
-    let bytes = std::fs::read(path(cache_dir, container_id)).ok()?;
-    CacheRecord::decode(&bytes, container_id).ok()
+    load(&path(cache_dir, container_id), container_id).map(|r| (*r).clone())
 }
 
 /// [`write`], only if the record is still there (hot-plug rewrites a record it read before
 /// running delegates: a DEL meanwhile removed it, and it must stay removed). Returns whether
 /// it wrote.
-pub fn replace(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
+pub fn replace(dir: &Path, record: &CacheRecord) -> std::io::Result<bool> {
     let _records = lock();
-    if !path.exists() {
+    if !path(dir, &record.container_id).exists() {
         return Ok(false);
     }
-    write_unlocked(dir, path, bytes).map(|()| true)
+    write_unlocked(dir, record).map(|()| true)
+}
+
+/// The readable records in `cache_dir` that `keep` selects (each cloned only when kept).
+fn select(cache_dir: &Path, keep: impl Fn(&CacheRecord) -> bool) -> Vec<CacheRecord> {
+    let mut names: Vec<String> = std::fs::read_dir(cache_dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|name| name.ends_with(".json"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    // Forget records whose files are gone (removed by someone else).
+    let present: std::collections::HashSet<PathBuf> = names.iter().map(|n| cache_dir.join(n)).collect();
+    decoded().retain(|path, _| path.parent() != Some(cache_dir) || present.contains(path));
+    names
+        .iter()
+        .filter_map(|name| {
+            let container = name.strip_suffix(".json")?;
+            let record = load(&cache_dir.join(name), container)?;
+            keep(&record).then(|| (*record).clone())
+        })
+        .collect()
 }
 
 /// Every readable record in `cache_dir` (one per attached sandbox).
 pub fn all(cache_dir: &Path) -> Vec<CacheRecord> {
-    super::autoconf::read_dir_files(cache_dir)
-        .into_iter()
-        .filter_map(|(name, bytes)| {
-            let container = name.strip_suffix(".json")?;
-            CacheRecord::decode(&bytes, container).ok()
-        })
-        .collect()
+    select(cache_dir, |_| true)
+}
+
+/// The readable records in `cache_dir` of pod `namespace`/`name` (its sandboxes on this node).
+pub fn of_pod(cache_dir: &Path, namespace: &str, name: &str) -> Vec<CacheRecord> {
+    select(cache_dir, |record| record.is_pod(namespace, name))
 }
 
 /// Record that the pod's network-status holds `written`, if that is still the value pending
@@ -86,7 +196,7 @@ pub fn clear_pending_status(cache_dir: &Path, container_id: &str, written: &str)
     let Some(updated) = read(cache_dir, container_id).and_then(|r| r.status_written(written)) else {
         return Ok(());
     };
-    write_unlocked(cache_dir, &path(cache_dir, container_id), &updated.to_bytes())
+    write_unlocked(cache_dir, &updated)
 }
 
 /// Async locks by key, in a fixed set of stripes (no per-key state to clean up): the pod lock
@@ -184,7 +294,95 @@ impl Drop for SandboxGuard<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
+
+    fn record(container: &str, pod: &str, status: Option<&str>) -> CacheRecord {
+        CacheRecord {
+            version: weft_meta::cache::CACHE_VERSION,
+            container_id: container.into(),
+            netns: format!("/run/netns/{container}"),
+            ifname: "eth0".into(),
+            k8s: weft_meta::K8sArgs {
+                pod_namespace: "default".into(),
+                pod_name: pod.into(),
+                pod_uid: format!("uid-{pod}"),
+                ..Default::default()
+            },
+            delegates: Vec::new(),
+            results: Vec::new(),
+            network_status: status.map(str::to_string),
+            added_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_record_is_read_back_as_written_and_as_anyone_else_left_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path();
+        let first = record("c1", "web", Some("[1]"));
+        write(dir, &first).unwrap();
+        assert_eq!(read(dir, "c1"), Some(first.clone()));
+        assert_eq!(read(dir, "c1"), Some(first.clone()), "read again, unchanged");
+        let file = path(dir, "c1");
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+
+        // Replaced by someone else (a new file renamed over it): read again.
+        let second = record("c1", "web", Some("[22]"));
+        std::fs::write(dir.join("other"), second.to_bytes()).unwrap();
+        std::fs::rename(dir.join("other"), &file).unwrap();
+        assert_eq!(read(dir, "c1"), Some(second.clone()));
+
+        // Edited in place (same inode, another size): read again.
+        let third = record("c1", "web", Some("[333]"));
+        std::fs::write(&file, third.to_bytes()).unwrap();
+        assert_eq!(read(dir, "c1"), Some(third));
+
+        // Truncated: unreadable, not an old copy.
+        std::fs::write(&file, b"{\"version\": 1, \"contai").unwrap();
+        assert_eq!(read(dir, "c1"), None);
+        assert!(all(dir).is_empty());
+
+        // Removed by someone else: gone.
+        write(dir, &first).unwrap();
+        std::fs::remove_file(&file).unwrap();
+        assert_eq!(read(dir, "c1"), None);
+        assert!(all(dir).is_empty());
+    }
+
+    #[test]
+    fn a_pods_records_are_its_sandboxes_only_and_a_cleared_status_stays_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path();
+        for (container, pod) in [("c1", "web"), ("c2", "db"), ("c3", "web")] {
+            write(dir, &record(container, pod, Some("[s]"))).unwrap();
+        }
+        // Not records: other files in the directory are left alone.
+        std::fs::write(dir.join("c9.tmp"), b"partial").unwrap();
+        let ids = |records: Vec<CacheRecord>| -> Vec<String> {
+            records.into_iter().map(|r| r.container_id).collect()
+        };
+        assert_eq!(ids(of_pod(dir, "default", "web")), ["c1", "c3"]);
+        assert_eq!(ids(of_pod(dir, "default", "db")), ["c2"]);
+        assert!(of_pod(dir, "other", "web").is_empty());
+        assert_eq!(ids(all(dir)), ["c1", "c2", "c3"]);
+
+        // Another value pending (a later ADD): not cleared.
+        clear_pending_status(dir, "c1", "[other]").unwrap();
+        assert_eq!(read(dir, "c1").unwrap().network_status.as_deref(), Some("[s]"));
+        clear_pending_status(dir, "c1", "[s]").unwrap();
+        assert_eq!(read(dir, "c1").unwrap().network_status, None);
+        // A removed record is not brought back by a late clear or a replace.
+        remove(dir, "c2");
+        clear_pending_status(dir, "c2", "[s]").unwrap();
+        assert!(!replace(dir, &record("c2", "db", None)).unwrap());
+        assert_eq!(read(dir, "c2"), None);
+        assert_eq!(ids(all(dir)), ["c1", "c3"]);
+    }
 
     #[tokio::test]
     async fn a_sandbox_lock_serialises_its_sandbox_only_and_leaves_no_entry_behind() {
