@@ -207,19 +207,25 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
     // it watches through a cache of its own.
     let mut pod_changes = None;
     if crate::cluster::is_kubernetes() {
-        // The hot path reads pods and NADs on every CNI request: serve them from watch caches.
-        let (cached, changes) = weft_store::CachedStore::with_changes(
+        // The hot path reads pods and NADs on every CNI request: serve them from watch caches,
+        // without their managedFields (often the larger part of a pod, read by no one here,
+        // and parsed again on every read; a status update that omits them leaves the server's).
+        let pods = <crate::kinds::Pod as weft_store::Resource>::resource_type();
+        let nads = <weft_netconf::NetworkAttachmentDefinition as weft_store::Resource>::resource_type();
+        let projections = [
+            (pods.clone(), weft_store::Projection::WITHOUT_MANAGED_FIELDS),
+            (nads.clone(), weft_store::Projection::WITHOUT_MANAGED_FIELDS),
+        ];
+        let (cached, changes) = weft_store::CachedStore::with_changes_projected(
             store,
             vec![
                 (
-                    <crate::kinds::Pod as weft_store::Resource>::resource_type(),
+                    pods,
                     weft_store::ListOptions::default().field("spec.nodeName", &args.node),
                 ),
-                (
-                    <weft_netconf::NetworkAttachmentDefinition as weft_store::Resource>::resource_type(),
-                    weft_store::ListOptions::default(),
-                ),
+                (nads, weft_store::ListOptions::default()),
             ],
+            projections.into_iter().collect(),
         );
         // Serve at once, synced or not: until the caches sync, reads go to the API server, and
         // DEL works from the attachment records even when the API server is down (an agent
