@@ -176,6 +176,29 @@ fn real_apiserver_agent_adds_and_dels_host_local_and_weft_ipam_networks() {
     assert_eq!(links, ["blue0", "eth0", "lo", "net1"]);
     let net1 = status_ip(&cluster, "web", "net1").expect("net1 in network-status");
     assert!(net1.starts_with("192.168.89."), "{net1}");
+    // The agent's caches drop managedFields and its update leaves them out: the server kept
+    // the creator's and added the agent's own for the status subresource.
+    let web = cluster.get("v1", "Pod", Some("default"), "web").expect("pod web");
+    let managers: Vec<(String, String)> = web["metadata"]["managedFields"]
+        .as_array()
+        .map(|entries| {
+            entries
+                .iter()
+                .map(|m| {
+                    let field = |k: &str| m[k].as_str().unwrap_or_default().to_string();
+                    (field("manager"), field("subresource"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        managers.iter().any(|(_, sub)| sub.is_empty()),
+        "the creator's entry is kept: {managers:?}"
+    );
+    assert!(
+        managers.contains(&("weft-node".to_string(), "status".to_string())),
+        "the agent's status entry: {managers:?}"
+    );
     assert!(
         status_ip(&cluster, "web", "blue0").is_some_and(|ip| ip.starts_with("192.168.88.")),
         "blue0 in network-status"
