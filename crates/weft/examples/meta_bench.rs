@@ -388,9 +388,15 @@ fn main() -> Result<()> {
                 &a4_unbounded,
             ),
         ];
-        if let (Some(k4), Some(k4b)) = (&k4, &k4_before) {
+        // The same without AddedInterface Events: what the Event costs a burst.
+        let k4_no_events = kube
+            .as_ref()
+            .map(|k| world.kube_agent("k4n", 4, &k.kubeconfig, &["--interface-events", "none"]))
+            .transpose()?;
+        if let (Some(k4), Some(k4b), Some(k4n)) = (&k4, &k4_before, &k4_no_events) {
             concurrent_agents.push(("Kubernetes API: shim → agent, 4", k4));
             concurrent_agents.push(("Kubernetes API: 4, `--network-status before-reply`", k4b));
+            concurrent_agents.push(("Kubernetes API: 4, `--interface-events none`", k4n));
         }
         let server_cpu = || kube.as_ref().and_then(kube::Kube::server_cpu_ms);
         concurrent::run(&world, &concurrent_agents, iterations.div_ceil(2), &server_cpu)?;

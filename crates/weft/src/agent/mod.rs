@@ -60,7 +60,8 @@ pub struct AgentArgs {
     #[arg(long)]
     pub max_plugins: Option<usize>,
     /// The `AddedInterface` Events of an ADD: `per-pod` (one Event naming every interface, in
-    /// Multus' words: one API write per ADD) or `per-interface` (one per NIC, as Multus).
+    /// Multus' words: one API write per ADD), `per-interface` (one per NIC, as Multus) or
+    /// `none` (network-status alone shows what is attached; failures are still Events).
     #[arg(long, value_enum, default_value_t = pod_events::InterfaceEvents::PerPod)]
     pub interface_events: pod_events::InterfaceEvents,
     /// When an ADD writes the pod's network-status: `after-reply` (the ADD answers first; the

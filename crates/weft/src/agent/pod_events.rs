@@ -51,6 +51,10 @@ pub enum InterfaceEvents {
     PerPod,
     /// One Event per interface, as Multus.
     PerInterface,
+    /// No `AddedInterface` Events (the pod's network-status still names every interface;
+    /// `FailedAddInterface` Warnings are still recorded): an ADD's only API write is its
+    /// `pods/status` update.
+    None,
 }
 
 /// The `AddedInterface` Events of an ADD with `statuses`, as (key, message): per interface,
@@ -62,6 +66,7 @@ pub fn added_events(mode: InterfaceEvents, statuses: &[NetworkStatus]) -> Vec<(S
             .iter()
             .map(|status| (status.interface.clone(), added_message(status)))
             .collect(),
+        InterfaceEvents::None => Vec::new(),
         InterfaceEvents::PerPod if statuses.is_empty() => Vec::new(),
         InterfaceEvents::PerPod => {
             let messages: Vec<String> = statuses.iter().map(added_message).collect();
@@ -148,7 +153,7 @@ mod tests {
     }
 
     #[test]
-    fn added_events_are_one_per_pod_or_one_per_interface_in_multus_words() {
+    fn added_events_are_one_per_pod_or_one_per_interface_in_multus_words_or_none() {
         let statuses = [
             status("eth0", "10.0.0.5", "cluster"),
             status("net1", "10.1.0.5", "default/data"),
@@ -184,5 +189,6 @@ mod tests {
                 .starts_with("Add net0 [10.1.0.5] from tenant-ä/data; Add net1")
         );
         assert!(added_events(InterfaceEvents::PerInterface, &[]).is_empty());
+        assert!(added_events(InterfaceEvents::None, &statuses).is_empty());
     }
 }
