@@ -647,6 +647,7 @@ fn pod_events(cluster: &FakeCluster, pod: &str) -> Vec<Object> {
 /// in the API server (Multus' message for each, as the weft-node role allows: no GET), and 100 failing ADDs of
 /// one pod are one `FailedAddInterface` Event with count 100, written with a bounded number of
 /// requests (a create, then PUTs of the count: at most the burst of 25 and one a second).
+/// Restarted with `--interface-events none`, its ADDs record no AddedInterface Event.
 #[test]
 #[ignore = "needs root: scripts/test.sh runs it as root"]
 fn agent_on_kubernetes_records_events_through_the_api_aggregated_and_rate_limited() {
@@ -677,9 +678,11 @@ fn agent_on_kubernetes_records_events_through_the_api_aggregated_and_rate_limite
                    "spec": {"nodeName": "n1"}}),
         );
     }
-    let agent = KubeAgent::start(&node, &cluster);
+    let mut agent = KubeAgent::start(&node, &cluster);
     wait_for_watches(&cluster, &agent);
 
+    // The log by path: the agent is restarted below.
+    let log = agent.dir.path().join("agent.log");
     let wait_for = |pod: &str, what: &dyn Fn(&[Object]) -> bool| {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -690,7 +693,7 @@ fn agent_on_kubernetes_records_events_through_the_api_aggregated_and_rate_limite
             assert!(
                 Instant::now() < deadline,
                 "Events of {pod}: {found:#?}\nagent log:\n{}",
-                agent.log()
+                std::fs::read_to_string(&log).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -768,6 +771,33 @@ fn agent_on_kubernetes_records_events_through_the_api_aggregated_and_rate_limite
         writes.len()
     );
 
+    for (ns, pod) in [(&web_ns, "web"), (&broken_ns, "broken")] {
+        let del = agent.shim("DEL", ns, "default", pod);
+        assert!(del.status.success(), "DEL {pod}: {}\n{}", text(&del), agent.log());
+    }
+
+    // `--interface-events none`: an ADD writes network-status but no AddedInterface Event
+    // (web's stays at count 1, where a per-pod agent bumps it); failures are still Events.
+    agent.restart_with(&node, &["--interface-events", "none"]);
+    wait_for_watches(&cluster, &agent);
+    let add = agent.shim("ADD", &web_ns, "default", "web");
+    assert!(add.status.success(), "ADD: {}\n{}", text(&add), agent.log());
+    agent.wait_status_written();
+    let add = agent.shim("ADD", &broken_ns, "default", "broken");
+    assert!(!add.status.success(), "ADD of broken must fail: {}", text(&add));
+    wait_for("broken", &|events| {
+        events
+            .iter()
+            .any(|e| e.data["reason"] == "FailedAddInterface" && e.data["count"] == 101)
+    });
+    // An AddedInterface write would have been queued before broken's ADD even started.
+    std::thread::sleep(Duration::from_millis(300));
+    let added: Vec<Object> = pod_events(&cluster, "web")
+        .into_iter()
+        .filter(|e| e.data["reason"] == "AddedInterface")
+        .collect();
+    assert_eq!(added.len(), 1, "{added:#?}");
+    assert_eq!(added[0].data["count"], 1, "no Event for this ADD: {added:#?}");
     for (ns, pod) in [(&web_ns, "web"), (&broken_ns, "broken")] {
         let del = agent.shim("DEL", ns, "default", pod);
         assert!(del.status.success(), "DEL {pod}: {}\n{}", text(&del), agent.log());
