@@ -465,13 +465,16 @@ async fn del(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
 }
 
 async fn cached_record(agent: &Agent, container_id: &str) -> Result<CacheRecord, CniError> {
-    let bytes = read_cache(agent, container_id).await?.ok_or_else(|| {
-        CniError::new(
-            codes::UNKNOWN_CONTAINER,
-            format!("no attachment of container {container_id}"),
-        )
-    })?;
-    CacheRecord::decode(&bytes, container_id).map_err(|e| CniError::new(codes::IO_FAILURE, e.to_string()))
+    let (dir, id) = (agent.args.cache_dir.clone(), container_id.to_string());
+    blocking(move || super::records::read_checked(&dir, &id))
+        .await?
+        .map_err(|e| CniError::new(codes::IO_FAILURE, e))?
+        .ok_or_else(|| {
+            CniError::new(
+                codes::UNKNOWN_CONTAINER,
+                format!("no attachment of container {container_id}"),
+            )
+        })
 }
 
 async fn check(agent: &Agent, request: &AttachmentRequest) -> Result<(), CniError> {

@@ -108,39 +108,61 @@ pub fn remove(dir: &Path, container_id: &str) {
     decoded().remove(&path);
 }
 
-/// The record at `path`, which names `container_id`'s, if it is there and readable: from
-/// memory while the file is the one it was decoded from.
-fn load(path: &Path, container_id: &str) -> Option<Arc<CacheRecord>> {
-    let Ok(meta) = std::fs::metadata(path) else {
-        decoded().remove(path);
-        return None;
+/// The record at `path`, which names `container_id`'s: `Ok(None)` when there is none, an
+/// error naming why when it cannot be read or decoded; from memory while the file is the one
+/// it was decoded from.
+fn load(path: &Path, container_id: &str) -> Result<Option<Arc<CacheRecord>>, String> {
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) => {
+            decoded().remove(path);
+            return match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(None),
+                _ => Err(format!("{}: {e}", path.display())),
+            };
+        }
     };
     if let Some((seen, record)) = decoded().get(path)
         && *seen == FileId::of(&meta)
     {
-        return Some(record.clone());
+        return Ok(Some(record.clone()));
     }
     // The identity of the file actually read (it may have been replaced since the stat).
-    let mut file = std::fs::File::open(path).ok()?;
-    let id = FileId::of(&file.metadata().ok()?);
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).ok()?;
-    match CacheRecord::decode(&bytes, container_id) {
-        Ok(record) => {
-            let record = Arc::new(record);
+    let read = || -> std::io::Result<(FileId, Vec<u8>)> {
+        let mut file = std::fs::File::open(path)?;
+        let id = FileId::of(&file.metadata()?);
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        Ok((id, bytes))
+    };
+    let decoded_record = read()
+        .map_err(|e| format!("{}: {e}", path.display()))
+        .and_then(|(id, bytes)| {
+            CacheRecord::decode(&bytes, container_id)
+                .map(|record| (id, Arc::new(record)))
+                .map_err(|e| e.to_string())
+        });
+    match decoded_record {
+        Ok((id, record)) => {
             decoded().insert(path.to_path_buf(), (id, record.clone()));
-            Some(record)
+            Ok(Some(record))
         }
-        Err(_) => {
+        Err(e) => {
             decoded().remove(path);
-            None
+            Err(e)
         }
     }
 }
 
 /// `container_id`'s record in `cache_dir`, if there is a readable one.
 pub fn read(cache_dir: &Path, container_id: &str) -> Option<CacheRecord> {
-    load(&path(cache_dir, container_id), container_id).map(|r| (*r).clone())
+    read_checked(cache_dir, container_id).ok().flatten()
+}
+
+/// `container_id`'s record in `cache_dir`: `Ok(None)` when there is none, an error when it is
+/// unreadable (corrupt, another version, another container's).
+pub fn read_checked(cache_dir: &Path, container_id: &str) -> Result<Option<CacheRecord>, String> {
+    load(&path(cache_dir, container_id), container_id).map(|r| r.map(|r| (*r).clone()))
 }
 
 /// [`write`], only if the record is still there (hot-plug rewrites a record it read before
@@ -173,7 +195,7 @@ fn select(cache_dir: &Path, keep: impl Fn(&CacheRecord) -> bool) -> Vec<CacheRec
         .iter()
         .filter_map(|name| {
             let container = name.strip_suffix(".json")?;
-            let record = load(&cache_dir.join(name), container)?;
+            let record = load(&cache_dir.join(name), container).ok().flatten()?;
             keep(&record).then(|| (*record).clone())
         })
         .collect()
@@ -345,12 +367,15 @@ mod tests {
         // Truncated: unreadable, not an old copy.
         std::fs::write(&file, b"{\"version\": 1, \"contai").unwrap();
         assert_eq!(read(dir, "c1"), None);
+        let error = read_checked(dir, "c1").unwrap_err();
+        assert!(error.contains("corrupt"), "{error}");
         assert!(all(dir).is_empty());
 
         // Removed by someone else: gone.
         write(dir, &first).unwrap();
         std::fs::remove_file(&file).unwrap();
         assert_eq!(read(dir, "c1"), None);
+        assert_eq!(read_checked(dir, "c1"), Ok(None));
         assert!(all(dir).is_empty());
     }
 
