@@ -74,7 +74,13 @@ fn guest_leases(state: &Path, prefix: &str) -> Vec<String> {
     walk(state, &mut logs);
     logs.iter()
         .flat_map(|log| {
-            String::from_utf8_lossy(&std::fs::read(log).unwrap_or_default())
+            let bytes = std::fs::read(log).unwrap_or_default();
+            // Complete lines only: the guest may be writing the last one as it is read.
+            let complete = bytes
+                .iter()
+                .rposition(|b| *b == b'\n')
+                .map_or(&[][..], |end| &bytes[..end]);
+            String::from_utf8_lossy(complete)
                 .lines()
                 .map(str::to_string)
                 .collect::<Vec<_>>()

@@ -113,7 +113,11 @@ fn serial_log(state: &Path, vmi: &str) -> String {
 }
 
 fn lines<'a>(log: &'a str, marker: &str) -> Vec<&'a str> {
-    log.lines()
+    // Complete lines only: the guest may be writing the last one as the log is read (a boot id
+    // cut in half once read as "the guest rebooted").
+    let complete = log.rfind('\n').map_or("", |end| &log[..end]);
+    complete
+        .lines()
         .filter_map(|l| l.find(marker).map(|i| &l[i..]))
         .collect()
 }
