@@ -91,10 +91,14 @@ fn wait_for_checks(state: &Path) -> serde_json::Value {
         let wget = guest_check(&vmi, "wget", REMOTE);
         let httpd = guest_check(&vmi, "httpd", &PORT.to_string());
         let nic = &vmi["status"]["interfaces"][0];
+        // The agent is asked every few seconds: a session taken before udhcpc's lease reports
+        // the link-local address only, and the next one the leased IPv4 address. Wait for that.
         let agent = nic["infoSource"]
             .as_str()
             .is_some_and(|s| s.contains("guest-agent"))
-            && nic["ipAddress"].as_str().is_some_and(|ip| !ip.is_empty());
+            && nic["ipAddress"]
+                .as_str()
+                .is_some_and(|ip| ip.parse::<std::net::Ipv4Addr>().is_ok());
         if let (Some(wget), Some(httpd), true) = (wget, httpd, agent) {
             assert!(wget, "the guest reaches the remote host through passt: {vmi}");
             assert!(httpd, "the guest serves port {PORT}: {vmi}");

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use weft_netconf::NetworkStatus;
+
 use crate::api::{Condition, VirtualMachineInstance, VmiStatus};
 use crate::infosource;
 
@@ -37,7 +39,16 @@ pub fn agent_absent(vmi: &VirtualMachineInstance) -> bool {
 /// Whether the VMI runs and every NIC of it has an address reported from inside the guest
 /// (a `guest-agent` entry in its `infoSource`), or, without guests (`no_guests`) or with a
 /// guest image without qemu-guest-agent ([`agent_absent`]), any address (from the pod).
-pub fn all_nics_leased(vmi: &VirtualMachineInstance, no_guests: bool) -> bool {
+///
+/// A link-local address is no lease (a guest agent asked before the guest's DHCP client got
+/// its lease reports the kernel's own `fe80::` address), unless the NIC's pod interface has
+/// no other address in `pod_statuses` (the launcher pod's network-status): an L2-only network
+/// gives the guest nothing to lease.
+pub fn all_nics_leased(
+    vmi: &VirtualMachineInstance,
+    no_guests: bool,
+    pod_statuses: &[NetworkStatus],
+) -> bool {
     let any_source = no_guests || agent_absent(vmi);
     let running = vmi.status.as_ref().is_some_and(|s| s.phase == "Running");
     let status = vmi.status_interfaces();
@@ -46,9 +57,30 @@ pub fn all_nics_leased(vmi: &VirtualMachineInstance, no_guests: bool) -> bool {
             status.iter().any(|s| {
                 s.name == network.name
                     && !s.ip_address.is_empty()
+                    && (leased_address(&s.ip_address)
+                        || !pod_side_leased(pod_statuses, &s.pod_interface_name))
                     && (any_source || infosource::contains(&s.info_source, infosource::GUEST_AGENT))
             })
         })
+}
+
+/// Whether `ip` is an address a guest was given: not link-local and not unspecified.
+fn leased_address(ip: &str) -> bool {
+    match ip.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(v4)) => !v4.is_link_local() && !v4.is_unspecified(),
+        Ok(std::net::IpAddr::V6(v6)) => !v6.is_unicast_link_local() && !v6.is_unspecified(),
+        // Not ours to judge: an address we cannot read is whatever the reporter said it was.
+        Err(_) => !ip.is_empty(),
+    }
+}
+
+/// Whether the pod interface `pod_interface` has an address to hand the guest; an interface
+/// the network-status does not name counts as having one (the guest's address is awaited).
+fn pod_side_leased(pod_statuses: &[NetworkStatus], pod_interface: &str) -> bool {
+    pod_statuses
+        .iter()
+        .find(|s| !pod_interface.is_empty() && s.interface == pod_interface)
+        .is_none_or(|s| s.ips.iter().any(|ip| leased_address(ip)))
 }
 
 /// What the status needs of qemu-guest-agent, as the launcher's poller last saw it (its
@@ -113,20 +145,66 @@ mod tests {
     #[test]
     fn a_vmi_that_does_not_run_has_no_leases() {
         let vmi = vmi("Scheduled", both("domain, guest-agent"));
-        assert!(!all_nics_leased(&vmi, false));
-        assert!(!all_nics_leased(&vmi, true));
+        assert!(!all_nics_leased(&vmi, false, &[]));
+        assert!(!all_nics_leased(&vmi, true, &[]));
     }
 
     #[test]
     fn every_nic_needs_an_address() {
         let one = json!([{"name": "default", "ipAddress": "10.244.1.5",
                           "infoSource": "domain, guest-agent"}]);
-        assert!(!all_nics_leased(&vmi("Running", one), true), "blue is missing");
+        assert!(
+            !all_nics_leased(&vmi("Running", one), true, &[]),
+            "blue is missing"
+        );
         let empty = json!([{"name": "default", "ipAddress": "10.244.1.5", "infoSource": "guest-agent"},
                            {"name": "blue", "infoSource": "domain, guest-agent"}]);
         assert!(
-            !all_nics_leased(&vmi("Running", empty), true),
+            !all_nics_leased(&vmi("Running", empty), true, &[]),
             "blue has no address"
+        );
+    }
+
+    #[test]
+    fn a_link_local_address_is_no_lease() {
+        // The agent answered before udhcpc's lease: the kernel's own fe80:: address only.
+        for early in ["fe80::5054:ff:feaf:6497", "169.254.0.7", "0.0.0.0", "::"] {
+            let nics = json!([{"name": "default", "ipAddress": early, "infoSource": "domain, guest-agent"},
+                              {"name": "blue", "ipAddress": "10.0.4.2", "infoSource": "domain, guest-agent"}]);
+            assert!(!all_nics_leased(&vmi("Running", nics), false, &[]), "{early}");
+        }
+        // ...unless the pod interface has no address either: an L2-only network.
+        let l2 = json!([{"name": "default", "ipAddress": "10.244.1.5", "infoSource": "guest-agent"},
+                        {"name": "blue", "ipAddress": "fe80::1", "ipAddresses": ["fe80::1"],
+                         "podInterfaceName": "pod16477688c0e", "infoSource": "domain, guest-agent, multus-status"}]);
+        let pod = |ips: &[&str]| {
+            vec![NetworkStatus {
+                name: "default/blue-net".into(),
+                interface: "pod16477688c0e".into(),
+                ips: ips.iter().map(|s| s.to_string()).collect(),
+                ..Default::default()
+            }]
+        };
+        assert!(all_nics_leased(&vmi("Running", l2.clone()), false, &pod(&[])));
+        assert!(all_nics_leased(
+            &vmi("Running", l2.clone()),
+            false,
+            &pod(&["fe80::2"])
+        ));
+        assert!(!all_nics_leased(
+            &vmi("Running", l2.clone()),
+            false,
+            &pod(&["10.0.4.2"])
+        ));
+        assert!(
+            !all_nics_leased(&vmi("Running", l2), false, &[]),
+            "no pod status: wait"
+        );
+        let v6 = json!([{"name": "default", "ipAddress": "fd10:244::5", "infoSource": "guest-agent"},
+                        {"name": "blue", "ipAddress": "2001:db8::2", "infoSource": "guest-agent"}]);
+        assert!(
+            all_nics_leased(&vmi("Running", v6), false, &[]),
+            "global IPv6 addresses are leases"
         );
     }
 
@@ -134,31 +212,33 @@ mod tests {
     fn the_guest_agent_is_one_entry_of_the_source_list() {
         assert!(all_nics_leased(
             &vmi("Running", both("domain, guest-agent")),
-            false
+            false,
+            &[]
         ));
         assert!(all_nics_leased(
             &vmi("Running", both("guest-agent,multus-status")),
-            false
+            false,
+            &[]
         ));
-        assert!(all_nics_leased(&vmi("Running", both("guest-agent")), false));
+        assert!(all_nics_leased(&vmi("Running", both("guest-agent")), false, &[]));
         for source in ["domain", "guest-agent-foo", "domain, my-guest-agent", ""] {
             assert!(
-                !all_nics_leased(&vmi("Running", both(source)), false),
+                !all_nics_leased(&vmi("Running", both(source)), false, &[]),
                 "{source:?}"
             );
         }
         // Without guests, the pod's address suffices.
-        assert!(all_nics_leased(&vmi("Running", both("domain")), true));
+        assert!(all_nics_leased(&vmi("Running", both("domain")), true, &[]));
     }
 
     #[test]
     fn weft_up_does_not_wait_for_an_agent_the_image_lacks() {
         let mut vmi = vmi("Running", both("domain"));
-        assert!(!all_nics_leased(&vmi, false), "waits for the agent");
+        assert!(!all_nics_leased(&vmi, false, &[]), "waits for the agent");
         mark_absent(&mut vmi.metadata.annotations, true);
         assert!(agent_absent(&vmi));
         assert_eq!(vmi.metadata.annotation(AGENT_ABSENT_ANNOTATION), Some("absent"));
-        assert!(all_nics_leased(&vmi, false), "no agent to wait for");
+        assert!(all_nics_leased(&vmi, false, &[]), "no agent to wait for");
         mark_absent(&mut vmi.metadata.annotations, false);
         assert!(!agent_absent(&vmi));
         assert!(vmi.metadata.annotations.is_empty());

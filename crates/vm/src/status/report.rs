@@ -131,7 +131,7 @@ mod tests {
         assert_eq!(annotations[GUEST_REPORT_ANNOTATION], report().checks.unwrap());
         assert_eq!(annotations[DHCP_RECORD_ANNOTATION], report().dhcp_record);
         assert!(!annotations.contains_key(AGENT_ABSENT_ANNOTATION));
-        assert!(crate::status::guest::all_nics_leased(&vmi, false));
+        assert!(crate::status::guest::all_nics_leased(&vmi, false, &[]));
     }
 
     #[test]

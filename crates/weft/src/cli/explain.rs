@@ -29,7 +29,7 @@ pub struct ExplainArgs {
 }
 
 /// The VMI's launcher pod: not being deleted, the newest.
-fn launcher_of<'a>(pods: &'a [Pod], vmi: &str) -> Option<&'a Pod> {
+pub(super) fn launcher_of<'a>(pods: &'a [Pod], vmi: &str) -> Option<&'a Pod> {
     pods.iter()
         .filter(|p| {
             p.metadata.label(launcher_pod::LAUNCHER_LABEL.0) == Some(launcher_pod::LAUNCHER_LABEL.1)

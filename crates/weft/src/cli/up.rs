@@ -22,14 +22,26 @@ pub async fn run(state: &Path, args: UpArgs) -> anyhow::Result<i32> {
 async fn wait_for_guests(topology: &Topology, args: &UpArgs) -> anyhow::Result<i32> {
     let store = cluster::open_store(&topology.state_dir, cluster::Component::Cli).await?;
     let vmis = Api::<weft_vm::VirtualMachineInstance>::all(store.clone());
+    let pods = Api::<crate::kinds::Pod>::all(store.clone());
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
     println!("waiting for the VMs to run and lease an address on every NIC...");
     loop {
         let list = vmis.list(&Default::default()).await?;
+        let pods = pods.list(&Default::default()).await?;
         let ready = !list.is_empty()
-            && list
-                .iter()
-                .all(|vmi| weft_vm::status::all_nics_leased(vmi, args.no_guests));
+            && list.iter().all(|vmi| {
+                // The launcher pod's network-status tells an L2-only NIC (nothing to lease).
+                let namespace = vmi.metadata.namespace.as_deref();
+                let in_namespace: Vec<_> = pods
+                    .iter()
+                    .filter(|p| p.metadata.namespace.as_deref() == namespace)
+                    .cloned()
+                    .collect();
+                let statuses = super::explain::launcher_of(&in_namespace, &vmi.metadata.name)
+                    .map(|p| weft_vm::netstatus::network_statuses(&p.metadata.annotations))
+                    .unwrap_or_default();
+                weft_vm::status::all_nics_leased(vmi, args.no_guests, &statuses)
+            });
         if ready {
             break;
         }
