@@ -8,12 +8,10 @@ use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, ensure};
-use weft_cni::CniRuntime;
-use weft_cni::runtime::exec::ProcessExec;
 
-use crate::add_del::direct_add_del_at;
+use crate::add_del::{direct_add_del_at, direct_cni, enter_node_netns};
 use crate::world::World;
-use crate::{Agent, BURST_WORKERS, Netns, PLUGIN_DIR, SECONDARIES, median_p90};
+use crate::{Agent, BURST_WORKERS, Netns, SECONDARIES, median_p90};
 
 /// One pod's part of a round: ADD, meet the barrier, DEL; returns when its ADD and DEL ended.
 type Work<'a> = &'a (dyn Fn(usize, &Barrier) -> Result<(Instant, Instant)> + Sync);
@@ -73,7 +71,7 @@ pub fn run(
     let netns: Vec<Netns> = (0..BURST_WORKERS)
         .map(|p| Netns::new(10 + p))
         .collect::<Result<_>>()?;
-    let cni = CniRuntime::with_executor([PLUGIN_DIR], ProcessExec::in_netns(world.node.path()));
+    let cni = direct_cni();
     let variants = agents.len() + 1;
     let mut add: Vec<Vec<Duration>> = vec![Vec::new(); variants];
     let mut del: Vec<Vec<Duration>> = vec![Vec::new(); variants];
@@ -98,8 +96,12 @@ pub fn run(
             let (busy_before, server_before) = (machine_busy_ms()?, server_cpu_ms());
             let (a, d) = if variant == 0 {
                 round(&|p, barrier| {
+                    // Each worker is a thread of this round's: it enters the node netns and
+                    // spawns its plugins there (see `direct_cni`).
                     let env = world.env("ADD", &container(p), &netns[p].path(), &pod(p));
-                    let (request, plans) = match world.plans(&agents[0].1.conf, &env, SECONDARIES) {
+                    let planned = enter_node_netns(world)
+                        .and_then(|()| world.plans(&agents[0].1.conf, &env, SECONDARIES));
+                    let (request, plans) = match planned {
                         Ok(planned) => planned,
                         Err(e) => {
                             barrier.wait();
@@ -151,7 +153,7 @@ pub fn run(
     let direct_add = median_p90(&add[0]).0;
     let direct_del = median_p90(&del[0]).0;
     let busy_direct = busy[0].max(1.0);
-    let labels = std::iter::once("direct, 8 threads, each one by one (baseline)")
+    let labels = std::iter::once("direct, 8 threads, each one by one, spawned in the node netns (baseline)")
         .chain(agents.iter().map(|(l, _)| *l));
     let per_round = |total: f64| total / rounds.max(1) as f64;
     let cpus = busy.iter().zip(&server).zip(agent_cpu.iter().zip(&runner_cpu));
