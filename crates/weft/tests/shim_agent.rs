@@ -485,6 +485,7 @@ case "$CNI_COMMAND" in
 VERSION)
   echo '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}' ;;
 ADD)
+  echo "${GOMAXPROCS:-unset}" > LOG.env
   echo "ADD start" >> LOG
   sleep 1.2
   echo "ADD end" >> LOG
@@ -569,6 +570,16 @@ fn shim_agent_a_del_beside_its_sandboxs_add_waits_for_it_and_leaves_nothing() {
         node.log()
     );
     assert_nothing_left(&node, &pod);
+    // The agent runs its delegates with one Go thread (`--delegate-gomaxprocs`), unless its own
+    // environment says otherwise.
+    let want = std::env::var("GOMAXPROCS").unwrap_or_else(|_| "1".into());
+    assert_eq!(
+        std::fs::read_to_string(log.with_extension("log.env"))
+            .unwrap()
+            .trim(),
+        want,
+        "the delegate's GOMAXPROCS"
+    );
 }
 
 #[test]

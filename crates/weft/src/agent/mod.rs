@@ -59,6 +59,12 @@ pub struct AgentArgs {
     /// bounded. Default: twice the cores, and never fewer than `--parallel-delegates` + 1.
     #[arg(long)]
     pub max_plugins: Option<usize>,
+    /// `GOMAXPROCS` in the delegates' environment (the reference plugins are Go programs): 1 by
+    /// default, so a plugin runs on one scheduler thread instead of one per core, and a burst
+    /// of pods on a busy node does not pay for idle Go threads spinning for work. 0 leaves it
+    /// to the Go runtime. A `GOMAXPROCS` in the agent's own environment is passed on as it is.
+    #[arg(long, default_value_t = 1)]
+    pub delegate_gomaxprocs: usize,
     /// The `AddedInterface` Events of an ADD: `per-pod` (one Event naming every interface, in
     /// Multus' words: one API write per ADD), `per-interface` (one per NIC, as Multus) or
     /// `none` (network-status alone shows what is attached; failures are still Events).
@@ -106,6 +112,13 @@ pub fn plugin_slots(max_plugins: Option<usize>, parallel_delegates: usize, cores
     max_plugins
         .unwrap_or_else(|| (2 * cores).max(parallel_delegates + 1))
         .max(1)
+}
+
+/// The `GOMAXPROCS` the agent adds to its delegates' environment (`--delegate-gomaxprocs`):
+/// none when the agent's own environment sets one (`inherited`: it reaches the delegates as it
+/// is) or when the flag is 0.
+pub fn delegate_gomaxprocs(flag: usize, inherited: Option<&std::ffi::OsStr>) -> Option<(String, String)> {
+    (flag > 0 && inherited.is_none()).then(|| ("GOMAXPROCS".to_string(), flag.to_string()))
 }
 
 /// The agent's shared state.
@@ -162,7 +175,13 @@ impl Agent {
 
     /// The variables every delegate gets (how a delegated `weft-ipam` finds the agent).
     pub fn delegate_env(&self) -> Vec<(String, String)> {
-        ipam::delegate_env(self)
+        let mut env = ipam::delegate_env(self);
+        let inherited = std::env::var_os("GOMAXPROCS");
+        env.extend(delegate_gomaxprocs(
+            self.args.delegate_gomaxprocs,
+            inherited.as_deref(),
+        ));
+        env
     }
 
     /// Handle a `/delegate` (single attachment, hot-plug) request.
@@ -367,5 +386,23 @@ mod plugin_slot_tests {
         assert_eq!(super::plugin_slots(None, 1, 1), 2);
         assert_eq!(super::plugin_slots(Some(3), 4, 16), 3);
         assert_eq!(super::plugin_slots(Some(0), 4, 16), 1);
+    }
+}
+
+#[cfg(test)]
+mod delegate_gomaxprocs_tests {
+    use super::delegate_gomaxprocs;
+
+    #[test]
+    fn delegates_get_one_go_thread_unless_told_otherwise() {
+        let one = Some(("GOMAXPROCS".to_string(), "1".to_string()));
+        assert_eq!(delegate_gomaxprocs(1, None), one);
+        assert_eq!(
+            delegate_gomaxprocs(3, None),
+            Some(("GOMAXPROCS".to_string(), "3".to_string()))
+        );
+        // 0: the Go runtime decides; the agent's own GOMAXPROCS reaches the delegates as it is.
+        assert_eq!(delegate_gomaxprocs(0, None), None);
+        assert_eq!(delegate_gomaxprocs(1, Some(std::ffi::OsStr::new("8"))), None);
     }
 }
