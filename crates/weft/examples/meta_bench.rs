@@ -5,7 +5,8 @@
 //! 1. ADD+DEL of a pod with eth0 + 4 secondaries (each its own bridge and subnet) through the
 //!    shim, with an agent running secondaries one by one (`--parallel-delegates 1`) and one
 //!    running 4 at once (the default), against the same delegates exec'd directly one by one
-//!    (`weft_cni::runtime::CniRuntime`, plugins in the same node netns), interleaved.
+//!    (`weft_cni::runtime::CniRuntime`, plugins spawned into the same node netns by a thread
+//!    that entered it, as a runtime there would: `add_del::direct_cni`), interleaved.
 //! 2. The shim's exec + round trip alone: ADD for a pod the store does not know (the agent
 //!    answers CNI error 11 and runs no delegate), against exec of `busybox true`
 //!    (static) and of `weft-cni` answering VERSION itself (no agent).
