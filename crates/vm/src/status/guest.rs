@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use weft_netconf::NetworkStatus;
 
-use crate::api::{Condition, VirtualMachineInstance, VmiStatus};
+use crate::api::{Condition, InterfaceStatus, VirtualMachineInstance, VmiStatus};
 use crate::infosource;
 
 /// VMI annotation the launcher sets (`absent`) when the guest's image was built without
@@ -55,13 +55,25 @@ pub fn all_nics_leased(
     running
         && vmi.spec.networks.iter().all(|network| {
             status.iter().any(|s| {
+                let pod_entry = pod_statuses
+                    .iter()
+                    .find(|e| !s.pod_interface_name.is_empty() && e.interface == s.pod_interface_name);
                 s.name == network.name
-                    && !s.ip_address.is_empty()
-                    && (leased_address(&s.ip_address)
-                        || !pod_side_leased(pod_statuses, &s.pod_interface_name))
+                    && nic_leased(s, pod_entry)
                     && (any_source || infosource::contains(&s.info_source, infosource::GUEST_AGENT))
             })
         })
+}
+
+/// Whether `nic` (a `status.interfaces` entry) shows the address the guest was given: one
+/// that is not link-local (a guest agent asked before the guest's DHCP client got its lease
+/// reports the kernel's own `fe80::` address), or a link-local one when the NIC's entry in the
+/// launcher pod's network-status (`pod_entry`) has no other address either: an L2-only network
+/// gives the guest nothing to lease. Without a `pod_entry` a link-local address is no lease.
+pub fn nic_leased(nic: &InterfaceStatus, pod_entry: Option<&NetworkStatus>) -> bool {
+    !nic.ip_address.is_empty()
+        && (leased_address(&nic.ip_address)
+            || pod_entry.is_some_and(|e| !e.ips.iter().any(|ip| leased_address(ip))))
 }
 
 /// Whether `ip` is an address a guest was given: not link-local and not unspecified.
@@ -72,15 +84,6 @@ fn leased_address(ip: &str) -> bool {
         // Not ours to judge: an address we cannot read is whatever the reporter said it was.
         Err(_) => !ip.is_empty(),
     }
-}
-
-/// Whether the pod interface `pod_interface` has an address to hand the guest; an interface
-/// the network-status does not name counts as having one (the guest's address is awaited).
-fn pod_side_leased(pod_statuses: &[NetworkStatus], pod_interface: &str) -> bool {
-    pod_statuses
-        .iter()
-        .find(|s| !pod_interface.is_empty() && s.interface == pod_interface)
-        .is_none_or(|s| s.ips.iter().any(|ip| leased_address(ip)))
 }
 
 /// What the status needs of qemu-guest-agent, as the launcher's poller last saw it (its

@@ -13,7 +13,7 @@ pub mod report;
 pub use controller::controller_status_interfaces;
 pub use guest::{
     AGENT_ABSENT_ANNOTATION, AGENT_CONNECTED, AgentView, GUEST_OS_INFO, agent_absent, all_nics_leased,
-    apply_agent_view, mark_absent,
+    apply_agent_view, mark_absent, nic_leased,
 };
 pub use handler::{
     DomainInterface, DomainReport, GuestAgentInterface, MAX_GUEST_ONLY_INTERFACES, PodInterfaceCache,

@@ -29,8 +29,8 @@ pub struct ExplainArgs {
 }
 
 /// The VMI's launcher pod: not being deleted, the newest.
-pub(super) fn launcher_of<'a>(pods: &'a [Pod], vmi: &str) -> Option<&'a Pod> {
-    pods.iter()
+pub(super) fn launcher_of<'a>(pods: impl IntoIterator<Item = &'a Pod>, vmi: &str) -> Option<&'a Pod> {
+    pods.into_iter()
         .filter(|p| {
             p.metadata.label(launcher_pod::LAUNCHER_LABEL.0) == Some(launcher_pod::LAUNCHER_LABEL.1)
                 && p.metadata.annotation(launcher_pod::DOMAIN_ANNOTATION) == Some(vmi)

@@ -32,12 +32,10 @@ async fn wait_for_guests(topology: &Topology, args: &UpArgs) -> anyhow::Result<i
             && list.iter().all(|vmi| {
                 // The launcher pod's network-status tells an L2-only NIC (nothing to lease).
                 let namespace = vmi.metadata.namespace.as_deref();
-                let in_namespace: Vec<_> = pods
+                let in_namespace = pods
                     .iter()
-                    .filter(|p| p.metadata.namespace.as_deref() == namespace)
-                    .cloned()
-                    .collect();
-                let statuses = super::explain::launcher_of(&in_namespace, &vmi.metadata.name)
+                    .filter(|p| p.metadata.namespace.as_deref() == namespace);
+                let statuses = super::explain::launcher_of(in_namespace, &vmi.metadata.name)
                     .map(|p| weft_vm::netstatus::network_statuses(&p.metadata.annotations))
                     .unwrap_or_default();
                 weft_vm::status::all_nics_leased(vmi, args.no_guests, &statuses)

@@ -423,7 +423,7 @@ impl<'a> Context<'a> {
         let status = self.status_interface();
         if let Some(s) = status
             && weft_vm::infosource::contains(&s.info_source, weft_vm::infosource::GUEST_AGENT)
-            && !s.ip_address.is_empty()
+            && weft_vm::status::nic_leased(s, self.status_entry())
         {
             let on = if s.interface_name.is_empty() {
                 "-"
@@ -472,8 +472,19 @@ impl<'a> Context<'a> {
                  apt-get install qemu-guest-agent; the serial log in the pod directory shows the guest's own WEFT- lines)",
             );
         }
+        // An agent asked before the guest's DHCP client got its lease reports the kernel's own
+        // link-local address (`nic_leased` above does not count it).
+        let reported = match status {
+            Some(s)
+                if weft_vm::infosource::contains(&s.info_source, weft_vm::infosource::GUEST_AGENT)
+                    && !s.ip_address.is_empty() =>
+            {
+                format!("only the link-local {}", s.ip_address)
+            }
+            _ => "no address".to_string(),
+        };
         Finding::failed(
-            format!("qemu-guest-agent reports no address for {}", self.interface.name),
+            format!("qemu-guest-agent reports {reported} for {}", self.interface.name),
             "the agent answers but the guest NIC has no address yet: did its DHCP client get a lease? \
              (the serial log in the pod directory shows WEFT-LEASE lines)",
         )

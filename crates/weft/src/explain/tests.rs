@@ -487,6 +487,24 @@ fn a_guest_whose_agent_does_not_answer_is_told_to_check_qemu_guest_agent() {
     assert_eq!(guest.outcome, Outcome::Failed);
     assert_eq!(guest.reason, "qemu-guest-agent reports no address for br1");
     assert!(guest.fix.contains("DHCP client"), "{}", guest.fix);
+    // The agent answered before the guest's lease: the kernel's link-local address is no lease
+    // while the pod interface has an address to give.
+    let nic = &mut snapshot.vmi.status.as_mut().unwrap().interfaces[1];
+    let leased = nic.ip_address.clone();
+    nic.info_source = "domain, guest-agent, multus-status".into();
+    nic.ip_address = "fe80::ff:fe0a:1".into();
+    let guest = stage(&explain(&snapshot), "br1", Stage::GuestReport).clone();
+    assert_eq!(guest.outcome, Outcome::Failed, "{}", guest.reason);
+    assert_eq!(
+        guest.reason,
+        "qemu-guest-agent reports only the link-local fe80::ff:fe0a:1 for br1"
+    );
+    snapshot.vmi.status.as_mut().unwrap().interfaces[1].ip_address = leased;
+    assert_eq!(
+        stage(&explain(&snapshot), "br1", Stage::GuestReport).outcome,
+        Outcome::Ok
+    );
+    snapshot.vmi.status.as_mut().unwrap().interfaces[1].info_source = "domain, multus-status".into();
     // An image built without the agent: nothing to wait for, and said so.
     weft_vm::status::mark_absent(&mut snapshot.vmi.metadata.annotations, true);
     let guest = stage(&explain(&snapshot), "br1", Stage::GuestReport).clone();
