@@ -627,22 +627,6 @@ fn agent_names_itself_logs_an_outage_boundedly_and_watches_again_within_seconds(
     }
 }
 
-/// The Events of a pod, from the fake API server's objects.
-fn pod_events(cluster: &FakeCluster, pod: &str) -> Vec<Object> {
-    let list = cluster
-        .runtime
-        .block_on(
-            cluster
-                .objects
-                .list(&events(), Some("default"), &weft_store::ListOptions::default()),
-        )
-        .unwrap();
-    list.items
-        .into_iter()
-        .filter(|e| e.data["involvedObject"]["name"] == pod)
-        .collect()
-}
-
 /// Events on the Kubernetes backend: an ADD records one `AddedInterface` Event naming every NIC
 /// in the API server (Multus' message for each, as the weft-node role allows: no GET), and 100 failing ADDs of
 /// one pod are one `FailedAddInterface` Event with count 100, written with a bounded number of
@@ -1090,23 +1074,6 @@ fn hot_plug_waits_for_the_network_status_an_add_left_to_write() {
     assert!(del.status.success(), "DEL: {}", text(&del));
     assert_eq!(pod_ns.links(), ["lo"]);
     assert!(agent.leases("hl-hpa").is_empty() && agent.leases("hl-hpb").is_empty());
-}
-
-/// NAD `name` in `default`: bridge `br-<name>` with host-local on `subnet`, its leases under
-/// the agent's `hl-<name>`.
-fn bridge_nad(cluster: &FakeCluster, agent: &KubeAgent, name: &str, subnet: &str) {
-    let state = agent.dir.path().display().to_string();
-    let config = json!({
-        "cniVersion": "1.0.0", "type": "bridge", "bridge": format!("br-{name}"),
-        "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]],
-                 "dataDir": format!("{state}/hl-{name}")}
-    });
-    cluster.create(
-        &nads(),
-        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-               "metadata": {"name": name, "namespace": "default"},
-               "spec": {"config": config.to_string()}}),
-    );
 }
 
 /// ADD (and DEL) pod `pod` until an ADD needs no read of the API server: the pod and its NADs

@@ -331,6 +331,8 @@ async fn execute<T: Send + 'static>(
 }
 
 async fn add(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) -> Result<Value, CniError> {
+    // Running from its arrival to its answer: the writes ADDs leave behind wait for it.
+    let _running = agent.adds.enter();
     // Not beside a GC (Agent::gc_gate), nor a DEL or hot-plug pass of the same sandbox
     // (records::Sandboxes); always in this order.
     let _gc = agent.gc_gate.read().await;

@@ -245,6 +245,7 @@ mod tests {
             ipam_held: weft_ipam::HeldCache::default(),
             status_write: super::super::status_writes::StatusWrite::BeforeReply,
             status_writes,
+            adds: Default::default(),
             sandboxes: Default::default(),
             gc_gate: Default::default(),
             plugins: Arc::new(weft_cni::runtime::limit::ExecLimit::new(8)),

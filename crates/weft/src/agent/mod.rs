@@ -1,6 +1,7 @@
 //! The node agent: the thick CNI plugin behind `weft-cni` (meta-plugin), and in the local
 //! cluster also the kubelet (pod sandboxes) and launcher (guest wiring, DHCP, QEMU) roles.
 
+pub mod adds_running;
 mod autoconf;
 mod cni;
 mod cni_call;
@@ -76,6 +77,13 @@ pub struct AgentArgs {
     /// after the reply on Kubernetes, before it on the embedded store.
     #[arg(long = "network-status", value_enum)]
     pub network_status: Option<status_writes::StatusWrite>,
+    /// Milliseconds the writes an ADD leaves behind (its network-status after the reply, its
+    /// `AddedInterface` Event) wait while other ADDs run on this node: they go out as soon as
+    /// none runs, or when this much has passed. Pods starting at once then do not compete with
+    /// those writes (nor, where the control plane shares the node, with the API server's work
+    /// for them). 0: at once.
+    #[arg(long, default_value_t = 1000)]
+    pub writes_yield_ms: u64,
     /// Daemon config (JSON): every key is overlaid on each request's config (thick mode).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -104,6 +112,13 @@ pub struct AgentArgs {
     /// --no-guests`).
     #[arg(long, requires = "local")]
     pub no_guests: bool,
+}
+
+impl AgentArgs {
+    /// How long an ADD's writes wait for the other ADDs (`--writes-yield-ms`).
+    pub fn writes_yield(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.writes_yield_ms)
+    }
 }
 
 /// `--max-plugins`, or its default: twice the cores, and more than one pod's ADD runs at once
@@ -148,6 +163,9 @@ pub struct Agent {
     pub status_write: status_writes::StatusWrite,
     /// The network-status writes that run after their ADD answered.
     pub status_writes: Arc<status_writes::StatusWrites>,
+    /// The ADDs running now, which those writes and the ADDs' Events yield to
+    /// (`--writes-yield-ms`).
+    pub adds: Arc<adds_running::AddsRunning>,
     /// A sandbox's ADD, DEL and hot-plug passes do not overlap.
     pub sandboxes: records::Sandboxes,
     /// ADDs and hot-plug passes hold it shared, GC alone: GC builds the valid attachments from
@@ -271,6 +289,7 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
         crate::cluster::Component::Node.name(),
         crate::event_recorder::Limits::default(),
     );
+    let adds = Arc::new(adds_running::AddsRunning::default());
     let status_writes = Arc::new(
         status_writes::StatusWrites::new(
             store.clone(),
@@ -279,7 +298,8 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
             metrics.status_pending.clone(),
             metrics.status_write_failures.clone(),
         )
-        .with_events(events.clone()),
+        .with_events(events.clone())
+        .yielding_to(adds.clone(), args.writes_yield()),
     );
     let agent = Arc::new(Agent {
         args: args.clone(),
@@ -297,6 +317,7 @@ pub async fn run(state: &Path, args: AgentArgs) -> anyhow::Result<i32> {
             crate::cluster::is_kubernetes(),
         ),
         status_writes,
+        adds,
         sandboxes: Default::default(),
         gc_gate: Default::default(),
         plugins: Arc::new(weft_cni::runtime::limit::ExecLimit::new(plugin_slots(

@@ -91,14 +91,25 @@ fn cap_message(message: String) -> String {
     format!("{}...", &message[..end])
 }
 
-/// Record the `AddedInterface` Events of the pod's ADD ([`added_events`]).
+/// Record the `AddedInterface` Events of the pod's ADD ([`added_events`]) once no other ADD
+/// runs on the node, or after `--writes-yield-ms` ([`super::adds_running`]).
 pub fn added(agent: &Agent, namespace: &str, name: &str, statuses: &[NetworkStatus]) {
-    let pod = pod_reference(namespace, name);
-    for (key, message) in added_events(agent.args.interface_events, statuses) {
-        agent
-            .events
-            .record_keyed(&pod, NORMAL, ADDED_INTERFACE, &key, &message);
+    let events = added_events(agent.args.interface_events, statuses);
+    if events.is_empty() {
+        return;
     }
+    let pod = pod_reference(namespace, name);
+    let (recorder, adds, max) = (
+        agent.events.clone(),
+        agent.adds.clone(),
+        agent.args.writes_yield(),
+    );
+    tokio::spawn(async move {
+        adds.quiet(max).await;
+        for (key, message) in events {
+            recorder.record_keyed(&pod, NORMAL, ADDED_INTERFACE, &key, &message);
+        }
+    });
 }
 
 /// A `FailedAddInterface` Warning for an ADD of a pod that failed (the CNI error's message and

@@ -120,6 +120,9 @@ pub struct StatusWrites {
     failures: Counter,
     /// Where a write that keeps failing is made visible on its pod (none in unit tests).
     events: Option<crate::event_recorder::Recorder>,
+    /// The node's running ADDs, which a new writer waits for at most this long
+    /// ([`super::adds_running`]; none in unit tests).
+    yield_to: Option<(Arc<super::adds_running::AddsRunning>, Duration)>,
 }
 
 /// What one look at a sandbox's record came to.
@@ -155,7 +158,14 @@ impl StatusWrites {
             pending,
             failures,
             events: None,
+            yield_to: None,
         }
+    }
+
+    /// A new writer's first write waits up to `max` while other ADDs run (`adds`).
+    pub fn yielding_to(mut self, adds: Arc<super::adds_running::AddsRunning>, max: Duration) -> Self {
+        self.yield_to = Some((adds, max));
+        self
     }
 
     /// Record a Warning on a pod whose write keeps failing ([`EVENT_AFTER_FAILURES`]).
@@ -193,6 +203,9 @@ impl StatusWrites {
         tokio::spawn(async move {
             if let Some(mut gate) = gate {
                 let _ = gate.wait_for(|open| *open).await;
+            }
+            if let Some((adds, max)) = &writes.yield_to {
+                adds.quiet(*max).await;
             }
             writes.writer(container, wake).await
         });

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::common::*;
-use serde_json::Value;
+use serde_json::{Value, json};
 use weft_store::fake_api::strict::Rules;
 use weft_store::fake_api::{FakeApiServer, TcpServer};
 use weft_store::{MemoryStore, Object, Resource, ResourceType, Store};
@@ -306,4 +306,37 @@ pub fn take_down(cluster: &FakeCluster, agent: &KubeAgent) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The Events of a pod, from the fake API server's objects.
+pub fn pod_events(cluster: &FakeCluster, pod: &str) -> Vec<Object> {
+    let list = cluster
+        .runtime
+        .block_on(
+            cluster
+                .objects
+                .list(&events(), Some("default"), &weft_store::ListOptions::default()),
+        )
+        .unwrap();
+    list.items
+        .into_iter()
+        .filter(|e| e.data["involvedObject"]["name"] == pod)
+        .collect()
+}
+
+/// NAD `name` in `default`: bridge `br-<name>` with host-local on `subnet`, its leases under
+/// the agent's `hl-<name>`.
+pub fn bridge_nad(cluster: &FakeCluster, agent: &KubeAgent, name: &str, subnet: &str) {
+    let state = agent.dir.path().display().to_string();
+    let config = json!({
+        "cniVersion": "1.0.0", "type": "bridge", "bridge": format!("br-{name}"),
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]],
+                 "dataDir": format!("{state}/hl-{name}")}
+    });
+    cluster.create(
+        &nads(),
+        json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+               "metadata": {"name": name, "namespace": "default"},
+               "spec": {"config": config.to_string()}}),
+    );
 }
