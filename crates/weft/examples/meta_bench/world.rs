@@ -21,7 +21,7 @@ use crate::{
 /// its own pods there (`<tag>-…`), as on a cluster: pods shared by several agents would make
 /// their Event and network-status writes conflict (409 and a read more), and agents sharing a
 /// node would each decode every other agent's pod updates from their watches.
-pub const KUBE_POD_SETS: [&str; 5] = ["k1", "k4", "k1b", "k4b", "k4n"];
+pub const KUBE_POD_SETS: [&str; 6] = ["k1", "k4", "k1b", "k4b", "k4n", "k4y"];
 /// The Kubernetes agents of the part-3 pods (`<tag>-rss-<i>`): `k4` runs the restart with
 /// all of them, `k4e` (Multus' Events, for the API server's CPU) half of them.
 pub const KUBE_RSS: [(&str, usize); 2] = [("k4", 1), ("k4e", 2)];
