@@ -89,13 +89,18 @@ fn sysctls_are_per_namespace() {
     let inside = test
         .ns
         .run_in(|| -> weft_host::Result<Vec<String>> {
-            let before = read_sysctl("net/ipv4/ip_forward")?;
+            // A new namespace starts from the host's IPv4 forwarding (with the kernel's default
+            // `net.core.devconf_inherit_init_net`), which other tests' podman may have turned on:
+            // turn it off and on here, so the host's value, checked below, proves isolation
+            // either way.
+            write_sysctl("net/ipv4/ip_forward", "0")?;
+            let off = read_sysctl("net/ipv4/ip_forward")?;
             write_sysctl("net/ipv4/ip_forward", "1")?;
             write_sysctl("net/ipv4/conf/eth0/route_localnet", "1")?;
             write_sysctl("net.ipv4.conf.all.arp_ignore", "1")?;
             write_sysctl("net/ipv6/conf/all/forwarding", "1")?;
             Ok(vec![
-                before,
+                off,
                 read_sysctl("net/ipv4/ip_forward")?,
                 read_sysctl("net/ipv4/conf/eth0/route_localnet")?,
                 read_sysctl("net/ipv4/conf/all/arp_ignore")?,
