@@ -17,7 +17,8 @@
 //! `WEFT_KUBE_APISERVER` (a kube-apiserver binary: the bench starts it on etcd) or
 //! `WEFT_BENCH_KUBECONFIG` (an API server of your own; see `meta_bench/kube.rs`) agents on the
 //! Kubernetes API join parts 1 and 1b (answering the ADD before the network-status write, the
-//! default there, and after it, `--network-status before-reply`, Multus' order), the API requests
+//! default there, and after it, `--network-status before-reply`, Multus' order; in part 1b also
+//! one whose writes do not yield to the node's other ADDs, `--writes-yield-ms 0`), the API requests
 //! per pod ADD and DEL are counted from the audit log, and an agent with many pods attached is
 //! restarted (time until it serves, requests it makes). Without it those are skipped.
 //!

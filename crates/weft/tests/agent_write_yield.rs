@@ -32,12 +32,12 @@ exit 0
 /// The slow pod's sandbox (the fast one is [`CONTAINER_ID`]).
 const SLOW_SANDBOX: &str = "c0ffee0000000000000000000000000000000000000000000000000000000002";
 
-fn wait_until(what: &str, agent: &KubeAgent, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}:\n{}", agent.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn wait_until(what: &str, agent: &KubeAgent, done: impl FnMut() -> bool) {
+    assert!(
+        common::runtime::wait_for(Duration::from_secs(20), done),
+        "{what}:\n{}",
+        agent.log()
+    );
 }
 
 #[test]
