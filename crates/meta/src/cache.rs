@@ -200,6 +200,17 @@ impl CacheRecord {
         self
     }
 
+    /// The record as DEL runs it under `config`: cached lists lacking `cniVersion` get the
+    /// configuration's (Multus `CmdDel` step 5).
+    pub fn for_del(mut self, config: &MetaConfig) -> Self {
+        for d in &mut self.delegates {
+            if d.config.is_list() && !config.cni_version.is_empty() {
+                d.config = d.config.with_cni_version_if_missing(&config.cni_version);
+            }
+        }
+        self
+    }
+
     /// The record without the attachment on `ifname` (hot-unplug).
     pub fn without_attachment(mut self, ifname: &str) -> Self {
         self.results.resize(self.delegates.len(), None);
@@ -239,14 +250,7 @@ pub fn decide_del(
     pod_known: bool,
 ) -> DelDecision {
     match cache.map(|bytes| CacheRecord::decode(bytes, container_id)) {
-        Some(Ok(mut record)) => {
-            for d in &mut record.delegates {
-                if d.config.is_list() && !config.cni_version.is_empty() {
-                    d.config = d.config.with_cni_version_if_missing(&config.cni_version);
-                }
-            }
-            DelDecision::FromCache(Box::new(record))
-        }
+        Some(Ok(record)) => DelDecision::FromCache(Box::new(record.for_del(config))),
         Some(Err(e)) => DelDecision::Recompute { corrupt: Some(e) },
         None if pod_known => DelDecision::Recompute { corrupt: None },
         None => DelDecision::NothingHeld,

@@ -130,6 +130,21 @@ pub struct DelPlan {
     pub pod: (String, String),
 }
 
+/// The DEL of a sandbox whose attachment record decoded (already [`CacheRecord::for_del`]):
+/// its delegates in plan order with their cached results. It needs neither the pod nor the
+/// catalog, so the agent looks neither up (a DEL must work while the API server is down, and
+/// costs the node nothing it does not need).
+pub fn del_plan_of_record(record: CacheRecord) -> DelPlan {
+    DelPlan {
+        cached_results: (0..record.delegates.len())
+            .map(|i| record.result(i).cloned())
+            .collect(),
+        pod: (record.pod_namespace().to_string(), record.k8s.pod_name.clone()),
+        delegates: record.delegates,
+        warnings: Vec::new(),
+    }
+}
+
 /// Decide a DEL (Multus `CmdDel` steps 3–5, without its silent skip on a corrupt cache). A pod
 /// whose UID differs from the runtime's counts as gone. Fails only when the cache is unusable
 /// and even the configuration's static networks cannot be resolved — then the runtime must
@@ -150,14 +165,7 @@ pub fn decide_del_plan(
         request.k8s.pod_name.clone(),
     );
     match decide_del(config, cache, &request.container_id, pod.is_some()) {
-        DelDecision::FromCache(record) => Ok(DelPlan {
-            cached_results: (0..record.delegates.len())
-                .map(|i| record.result(i).cloned())
-                .collect(),
-            pod: (record.pod_namespace().to_string(), record.k8s.pod_name.clone()),
-            delegates: record.delegates,
-            warnings: Vec::new(),
-        }),
+        DelDecision::FromCache(record) => Ok(del_plan_of_record(*record)),
         DelDecision::NothingHeld => Ok(DelPlan {
             pod: requested,
             ..DelPlan::default()

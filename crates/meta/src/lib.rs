@@ -33,7 +33,10 @@ pub use devices::{
 pub use executor::{
     AddOutcome, DELS_AT_ONCE, Executor, ExecutorError, NoRouteEditor, RouteEditor, Schedule, schedule,
 };
-pub use flow::{AddDecision, AddError, DelPlan, PodLookup, decide_add, decide_del_plan, plan_error_code};
+pub use flow::{
+    AddDecision, AddError, DelPlan, PodLookup, decide_add, decide_del_plan, del_plan_of_record,
+    plan_error_code,
+};
 pub use gateway::{DefaultRoutePlan, GatewayError, RouteAction, apply_route_action, plan_default_routes};
 pub use hotplug::{
     HotplugError, HotplugScope, hotplug_diff, plan_hotplug_add, status_after_add, status_after_remove,

@@ -307,11 +307,6 @@ async fn read_cache(agent: &Agent, container_id: &str) -> Result<Option<Vec<u8>>
     blocking(move || std::fs::read(path).ok()).await
 }
 
-async fn remove_cache(agent: &Agent, container_id: &str) -> Result<(), CniError> {
-    let (dir, id) = (agent.args.cache_dir.clone(), container_id.to_string());
-    blocking(move || super::records::remove(&dir, &id)).await
-}
-
 /// Run `f` with an executor on a blocking thread (delegates are processes; waiting is blocking).
 async fn execute<T: Send + 'static>(
     agent: &Agent,
@@ -425,13 +420,60 @@ async fn write_network_status(agent: &Agent, pod: &weft_meta::Pod, value: &str) 
 async fn del(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) -> Result<(), CniError> {
     // Not beside an ADD or hot-plug pass of the same sandbox (records::Sandboxes).
     let _sandbox = agent.sandboxes.lock(&request.container_id).await;
+    // An intact record is all a DEL needs: no pod, no NADs, no conf dir (a stat when the
+    // record is known decoded).
+    let (dir, id) = (agent.args.cache_dir.clone(), request.container_id.clone());
+    let plan = match blocking(move || super::records::read_checked(&dir, &id)).await? {
+        Ok(Some(record)) => weft_meta::del_plan_of_record(record.for_del(config)),
+        Ok(None) | Err(_) => del_plan_looked_up(agent, config, request).await?,
+    };
+    for warning in &plan.warnings {
+        tracing::warn!(container = %request.container_id, "DEL: {warning}");
+    }
+    let (req, dir) = (request.clone(), agent.args.cache_dir.clone());
+    let (delegates, results, (namespace, name)) = (plan.delegates, plan.cached_results, plan.pod);
+    // The delegates, then the record's removal when they let it go, in one trip.
+    let (outcome, removed) = execute(agent, move |executor| {
+        let outcome = executor.del(&req, &delegates, &results);
+        let errors: Vec<String> = match &outcome {
+            Ok(()) => Vec::new(),
+            Err(weft_meta::ExecutorError::Delegates(list)) => {
+                list.iter().map(|(n, e)| format!("{n}: {e}")).collect()
+            }
+            Err(other) => vec![other.to_string()],
+        };
+        let remove = weft_meta::cache_after_del(&errors) == CacheAfterDel::Remove;
+        if remove {
+            super::records::remove(&dir, &req.container_id);
+        }
+        (outcome, remove)
+    })
+    .await?;
+    if removed {
+        agent
+            .status_writes
+            .forget(&request.container_id, &namespace, &name);
+        Ok(())
+    } else {
+        outcome.map_err(|e| e.to_cni_error())
+    }
+}
+
+/// The plan of a DEL without an intact record (none, or corrupt): recomputed from the pod and
+/// the NADs as its ADD would have planned, when they can be read.
+async fn del_plan_looked_up(
+    agent: &Agent,
+    config: &MetaConfig,
+    request: &AttachmentRequest,
+) -> Result<weft_meta::DelPlan, CniError> {
     let cached = read_cache(agent, &request.container_id).await?;
     let pod = pod_of(agent, request).await.unwrap_or(None);
     let lookup = match &pod {
         Some(pod) => PodLookup::Found(pod),
         None => PodLookup::NotFound,
     };
-    // With a cache, DEL needs no API object: it must work while the API server is down.
+    // With a (corrupt) record, DEL needs no API object: it must work while the API server is
+    // down.
     let catalog = match catalog(agent, config).await {
         Ok(catalog) => catalog,
         Err(e) if cached.is_some() => {
@@ -440,30 +482,8 @@ async fn del(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
         }
         Err(e) => return Err(e),
     };
-    let plan = decide_del_plan(config, request, cached.as_deref(), lookup, &catalog)
-        .map_err(|e| CniError::new(plan_error_code(&e), e.to_string()))?;
-    for warning in &plan.warnings {
-        tracing::warn!(container = %request.container_id, "DEL: {warning}");
-    }
-    let req = request.clone();
-    let (delegates, results, (namespace, name)) = (plan.delegates, plan.cached_results, plan.pod);
-    let outcome = execute(agent, move |executor| executor.del(&req, &delegates, &results)).await?;
-    let errors: Vec<String> = match &outcome {
-        Ok(()) => Vec::new(),
-        Err(weft_meta::ExecutorError::Delegates(list)) => {
-            list.iter().map(|(n, e)| format!("{n}: {e}")).collect()
-        }
-        Err(other) => vec![other.to_string()],
-    };
-    if weft_meta::cache_after_del(&errors) == CacheAfterDel::Remove {
-        remove_cache(agent, &request.container_id).await?;
-        agent
-            .status_writes
-            .forget(&request.container_id, &namespace, &name);
-        Ok(())
-    } else {
-        outcome.map_err(|e| e.to_cni_error())
-    }
+    decide_del_plan(config, request, cached.as_deref(), lookup, &catalog)
+        .map_err(|e| CniError::new(plan_error_code(&e), e.to_string()))
 }
 
 async fn cached_record(agent: &Agent, container_id: &str) -> Result<CacheRecord, CniError> {
@@ -647,4 +667,48 @@ pub async fn reconcile_pod_networks(
     let value = weft_netconf::format_network_status_annotation(&statuses);
     write_network_status(agent, &pod, &value).await?;
     Ok(changes)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// A DEL with an intact attachment record runs from it alone: no read of the pod or the
+    /// NADs (it must work while the API server is down, and a DEL on a busy node costs nothing
+    /// it does not need). Without a record it looks the pod up to recompute.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_del_with_an_intact_record_reads_nothing_from_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Arc::new(weft_store::double::StoreDouble::default());
+        let agent = super::super::test_agent::on(backend.clone(), backend.clone(), dir.path());
+        let config =
+            MetaConfig::parse(br#"{"cniVersion":"1.0.0","name":"weft","clusterNetwork":"/nonexistent"}"#)
+                .unwrap();
+        let mut request = AttachmentRequest {
+            container_id: "c1".into(),
+            netns: "/var/run/netns/none".into(),
+            ifname: "eth0".into(),
+            ..Default::default()
+        };
+        request.k8s.pod_namespace = "default".into();
+        request.k8s.pod_name = "web".into();
+        let record = weft_meta::CacheRecord::new(&request, Vec::new());
+        let cache_dir = Path::new(&agent.args.cache_dir).to_path_buf();
+        super::super::records::write(&cache_dir, &record).unwrap();
+        backend.take_calls();
+
+        del(&agent, &config, &request).await.unwrap();
+        assert_eq!(backend.take_calls(), Default::default(), "store calls");
+        assert!(
+            !super::super::records::path(&cache_dir, "c1").exists(),
+            "the record is removed"
+        );
+
+        // Again, with nothing left: the pod is looked up (a recompute needs it), and with no pod
+        // there is nothing to tear down.
+        del(&agent, &config, &request).await.unwrap();
+        assert_eq!(backend.calls("get"), 1, "{:?}", backend.take_calls());
+    }
 }

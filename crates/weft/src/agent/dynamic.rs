@@ -205,58 +205,6 @@ mod tests {
         }
     }
 
-    /// The agent as `weft agent` builds it, on `store`, with its cache dir under `dir`.
-    fn agent_on(store: Arc<dyn Store>, backend: Arc<dyn Store>, dir: &std::path::Path) -> Arc<Agent> {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            agent: super::super::AgentArgs,
-        }
-        let path = |p: &str| dir.join(p).display().to_string();
-        let args = Cli::parse_from([
-            "weft".to_string(),
-            "--node".into(),
-            "n1".into(),
-            "--socket".into(),
-            path("weft.sock"),
-            "--conf-dir".into(),
-            path("net.d"),
-            "--cache-dir".into(),
-            path("cache"),
-        ])
-        .agent;
-        let status_writes = Arc::new(super::super::status_writes::StatusWrites::new(
-            store.clone(),
-            backend.clone(),
-            args.cache_dir.clone(),
-            Default::default(),
-            Default::default(),
-        ));
-        Arc::new(Agent {
-            args,
-            state_dir: dir.to_path_buf(),
-            store,
-            ipam_store: backend.clone(),
-            store_identity: None,
-            daemon_config: Default::default(),
-            metrics: Default::default(),
-            journal: super::super::journal::ReleaseJournal::open(dir),
-            ipam_held: weft_ipam::HeldCache::default(),
-            status_write: super::super::status_writes::StatusWrite::BeforeReply,
-            status_writes,
-            adds: Default::default(),
-            sandboxes: Default::default(),
-            gc_gate: Default::default(),
-            plugins: Arc::new(weft_cni::runtime::limit::ExecLimit::new(8)),
-            events: crate::event_recorder::Recorder::new(
-                backend,
-                "weft-node",
-                crate::event_recorder::Limits::default(),
-            ),
-        })
-    }
-
     /// Issue 9: with nothing changing, the hot-plug role reads nothing (not even its cache) and
     /// the API sees only the cache's list and watch; a change of an attached pod's networks is
     /// looked at within moments (the root tests in tests/hotplug.rs and tests/shim_agent.rs
@@ -302,7 +250,7 @@ mod tests {
             vec![(pods.clone(), ListOptions::default().field("spec.nodeName", "n1"))],
         );
         cache.wait_synced(Duration::from_secs(5)).await.unwrap();
-        let agent = agent_on(backend.clone(), backend.clone(), dir.path());
+        let agent = crate::agent::test_agent::on(backend.clone(), backend.clone(), dir.path());
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let (_synced_tx, synced) = tokio::sync::watch::channel(true);
         let task = tokio::spawn(run(agent, stop_rx, synced, Some(changes)));

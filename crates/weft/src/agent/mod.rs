@@ -17,6 +17,8 @@ mod routes;
 mod server;
 mod socket;
 pub mod status_writes;
+#[cfg(test)]
+mod test_agent;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
