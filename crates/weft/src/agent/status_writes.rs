@@ -241,6 +241,9 @@ impl StatusWrites {
                             tracing::info!("network-status written again");
                         }
                         failures = 0;
+                        // A newer value that reached the record meanwhile is still there (only
+                        // the value written was cleared): the look below finds it.
+                        break;
                     }
                     Attempt::Done => {
                         failures = 0;
