@@ -50,8 +50,22 @@ dhcp() {
   udhcpc -f -q -n -t 10 -T 1 -A 1 -i "$1" -p "/run/udhcpc.$1.pid" -s /bin/udhcpc.script \
     -O mtu -O staticroutes -O search -O hostname -O domain >/dev/null 2>&1 &
 }
+# weft.addr=MAC=CIDR,...: a static IPv4 address on the NIC with that MAC (an L2-only network
+# leases nothing), and no DHCP attempt there
+static=
+for a in $(arg addr); do
+  mac=${a%%=*}; cidr=${a#*=}
+  for i in $NICS; do
+    [ "$(cat /sys/class/net/$i/address)" = "$mac" ] || continue
+    ip link set "$i" up
+    if e=$(ip addr add "$cidr" dev "$i" 2>&1); then static="$static $i"; else echo "WEFT-ERROR addr $i $cidr: $e"; fi
+  done
+done
 pids=
-for i in $NICS; do dhcp "$i"; pids="$pids $!"; done
+for i in $NICS; do
+  case " $static " in *" $i "*) continue ;; esac
+  dhcp "$i"; pids="$pids $!"
+done
 # only the DHCP clients: the agent starter is no reason to wait
 [ -n "$pids" ] && wait $pids
 

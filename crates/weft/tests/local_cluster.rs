@@ -153,22 +153,129 @@ fn exercise(state: &std::path::Path) {
     let wget = wait_for_check(state, "vm1", "wget", "http://172.31.255.254:8080/");
     assert_eq!(wget["ok"], true, "{wget}");
     // The secondary bridge: a second launcher pod's guest (on the other node) reaches vm1's guest on `data`.
+    // vm2 also has a NIC on `l2`, an L2-only network (the same bridge, no IPAM): nothing leases
+    // it, its guest sets a static address there.
+    apply(state, "nad-l2.yaml", L2_NAD);
     let vm1_data_ip = data["ipAddress"].as_str().unwrap().to_string();
     let vm2 = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/vm.yaml"))
         .unwrap()
         .replace("name: vm1", "name: vm2")
         .replace("app: vm1", "app: vm2")
-        .replace("02:00:00:0a:00:01", "02:00:00:0a:00:02")
+        .replace(
+            "macAddress: \"02:00:00:0a:00:01\"",
+            "macAddress: \"02:00:00:0a:00:02\"\n            - name: l2\n              bridge: {}\n              macAddress: \"02:00:00:0c:00:02\"",
+        )
+        .replace(
+            "            networkName: data",
+            "            networkName: data\n        - name: l2\n          multus:\n            networkName: l2",
+        )
         .replace(
             "ping=172.31.255.254 wget=http://172.31.255.254:8080/",
-            &format!("ping={vm1_data_ip}"),
+            &format!("ping={vm1_data_ip} addr=02:00:00:0c:00:02=10.99.0.2/24"),
         );
+    assert!(vm2.contains("networkName: l2"), "the example VM changed: {vm2}");
     apply(state, "vm2.yaml", &vm2);
     let ping = wait_for_check(state, "vm2", "ping", &vm1_data_ip);
     assert_eq!(ping["ok"], true, "vm2 -> vm1 over the data network: {ping}");
     // The least-loaded node took vm2: the ping crossed the VXLAN overlay between the nodes.
     assert_eq!(vmi_json(state, "vm1")["status"]["nodeName"], "node1");
     assert_eq!(vmi_json(state, "vm2")["status"]["nodeName"], "node2");
+    l2_only_network(state);
+}
+
+/// An L2-only network: a bridge NAD without IPAM on the data network's bridge.
+const L2_NAD: &str = r#"apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: l2
+  namespace: default
+spec:
+  config: '{"cniVersion": "1.0.0", "name": "l2", "type": "bridge", "bridge": "br-data", "mtu": 1450}'
+"#;
+
+/// vm2's NIC on `l2` runs with the static address its guest set (the guest agent reports it:
+/// there was nothing to lease, and the VM counts as up anyway), and vm3, with only a static
+/// address there too, reaches it over that network.
+fn l2_only_network(state: &std::path::Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let l2 = loop {
+        let vmi = vmi_json(state, "vm2");
+        let nic = vmi["status"]["interfaces"]
+            .as_array()
+            .and_then(|nics| nics.iter().find(|i| i["name"] == "l2").cloned());
+        if let Some(nic) = nic.filter(|n| n["ipAddress"] == "10.99.0.2") {
+            break nic;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "vm2's l2 NIC never showed its static address: {vmi}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert_eq!(l2["mac"], "02:00:00:0c:00:02", "{l2}");
+    let source = l2["infoSource"].as_str().unwrap_or("");
+    assert!(
+        source.contains("guest-agent") && source.contains("multus-status"),
+        "{l2}"
+    );
+    // The launcher pod's network-status has the L2-only attachment, with no address.
+    let pods = weft(state, &["get", "pods", "-o", "json"]);
+    let pods: serde_json::Value = serde_json::from_slice(&pods.stdout).unwrap_or_default();
+    let launcher = pods["items"]
+        .as_array()
+        .and_then(|items| {
+            items.iter().find(|p| {
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with("virt-launcher-vm2-")
+            })
+        })
+        .cloned()
+        .unwrap_or_else(|| panic!("no launcher pod of vm2: {pods}"));
+    let status: Vec<serde_json::Value> = serde_json::from_str(
+        launcher["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"]
+            .as_str()
+            .unwrap_or("[]"),
+    )
+    .unwrap();
+    let entry = status
+        .iter()
+        .find(|e| e["name"] == "default/l2")
+        .unwrap_or_else(|| panic!("no default/l2 in vm2's launcher network-status: {status:?}"));
+    assert!(
+        entry["ips"].as_array().is_none_or(|ips| ips.is_empty()),
+        "{entry}"
+    );
+    let vm3 = r#"apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata:
+  name: vm3
+  namespace: default
+spec:
+  running: true
+  template:
+    metadata:
+      annotations:
+        weft.dev/guest-checks: "addr=02:00:00:0c:00:03=10.99.0.3/24 ping=10.99.0.2"
+    spec:
+      domain:
+        devices:
+          interfaces:
+            - name: l2
+              bridge: {}
+              macAddress: "02:00:00:0c:00:03"
+        resources:
+          requests:
+            memory: 256Mi
+      networks:
+        - name: l2
+          multus:
+            networkName: l2
+"#;
+    apply(state, "vm3.yaml", vm3);
+    let ping = wait_for_check(state, "vm3", "ping", "10.99.0.2");
+    assert_eq!(ping["ok"], true, "vm3 -> vm2 over the L2-only network: {ping}");
 }
 
 fn collect_logs(state: &std::path::Path) -> String {

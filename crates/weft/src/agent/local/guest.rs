@@ -11,28 +11,91 @@ use weft_vm::VirtualMachineInstance;
 use crate::agent::local::context::AgentContext;
 use crate::agent::local::nic::DomainNic;
 
-/// VMI annotation listing connectivity checks the guest runs after its leases, as
-/// `kind=target` words separated by spaces (`ping=172.31.255.254 wget=http://…`).
+/// VMI annotation listing what the guest does after its leases, as `kind=target` words
+/// separated by spaces: connectivity checks (`ping=172.31.255.254 wget=http://…`) and static
+/// addresses for NICs that nothing leases (`addr=02:00:00:0c:00:02=10.99.0.2/24`: the NIC with
+/// that MAC, on an L2-only network, gets that address instead of a DHCP attempt).
 pub const GUEST_CHECKS_ANNOTATION: &str = "weft.dev/guest-checks";
 
 /// PCIe slots a guest keeps for hot-plug, counting the NICs it boots with (as KubeVirt).
 pub const HOTPLUG_SLOTS: u8 = 4;
 
-/// Kernel command-line words for the checks a VMI asks for.
+/// The kinds of word the guest's /init acts on (crates/guest/src/init.sh).
+const GUEST_WORDS: [&str; 8] = [
+    "ping",
+    "wget",
+    "httpd",
+    "uptime",
+    "pingflood",
+    "streamfrom",
+    "streamto",
+    "addr",
+];
+
+/// Kernel command-line words for what a VMI asks its guest to do ([`guest_words`] of its
+/// annotation).
 pub fn check_words(vmi: &VirtualMachineInstance) -> Vec<String> {
-    vmi.metadata
-        .annotation(GUEST_CHECKS_ANNOTATION)
-        .unwrap_or("")
+    guest_words(vmi.metadata.annotation(GUEST_CHECKS_ANNOTATION).unwrap_or(""))
+}
+
+/// Kernel command-line words for the `kind=target` words of `annotation` (pure): one
+/// `weft.<kind>=<target>,<target>…` per kind, in the order kinds first appear (/init reads one
+/// word per kind and splits it at commas). The annotation is a tenant's: a word of another
+/// kind, or a target with anything but the characters of addresses and URLs (a quote would
+/// run into the next kernel parameter), is left out; so is an `addr` that is not
+/// `<MAC>=<IPv4 CIDR>` (its MAC lowercased, as the guest's sysfs shows it).
+pub fn guest_words(annotation: &str) -> Vec<String> {
+    let mut kinds: Vec<(&str, Vec<String>)> = Vec::new();
+    for (kind, target) in annotation
         .split_whitespace()
         .filter_map(|word| word.split_once('='))
-        .filter(|(kind, target)| {
-            matches!(
-                *kind,
-                "ping" | "wget" | "httpd" | "uptime" | "pingflood" | "streamfrom" | "streamto"
-            ) && !target.is_empty()
-        })
-        .map(|(kind, target)| format!("weft.{kind}={target}"))
+    {
+        let Some(kind) = GUEST_WORDS.iter().find(|k| **k == kind) else {
+            continue;
+        };
+        let target = match *kind {
+            "addr" => static_address(target),
+            _ => Some(target.to_string()).filter(|t| safe_target(t)),
+        };
+        let Some(target) = target else { continue };
+        match kinds.iter_mut().find(|(k, _)| k == kind) {
+            Some((_, targets)) => targets.push(target),
+            None => kinds.push((kind, vec![target])),
+        }
+    }
+    kinds
+        .into_iter()
+        .map(|(kind, targets)| format!("weft.{kind}={}", targets.join(",")))
         .collect()
+}
+
+/// Whether `target` is made only of what addresses, ports and URLs use, and commas (a word
+/// may hold several targets, `ping=10.0.0.1,fd00::1`).
+fn safe_target(target: &str) -> bool {
+    !target.is_empty()
+        && target
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".:/%?&=@+~_-[],".contains(&b))
+}
+
+/// `<MAC>=<IPv4 CIDR>[,…]` as /init takes it (MACs lowercased), if every one is.
+fn static_address(target: &str) -> Option<String> {
+    target
+        .split(',')
+        .map(one_static_address)
+        .collect::<Option<Vec<_>>>()
+        .map(|all| all.join(","))
+}
+
+fn one_static_address(target: &str) -> Option<String> {
+    let (mac, cidr) = target.split_once('=')?;
+    let octets: Vec<&str> = mac.split(':').collect();
+    let mac_ok = octets.len() == 6
+        && octets
+            .iter()
+            .all(|o| o.len() == 2 && o.bytes().all(|b| b.is_ascii_hexdigit()));
+    let cidr: ipnet::Ipv4Net = cidr.parse().ok()?;
+    mac_ok.then(|| format!("{}={cidr}", mac.to_ascii_lowercase()))
 }
 
 /// The QEMU spec of `vmi`'s guest booting on `nics`, its files in `dir` (built the same way at
@@ -113,4 +176,53 @@ pub fn boot(
         )?;
     }
     Ok(guest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::guest_words;
+
+    #[test]
+    fn words_are_grouped_by_kind_and_a_tenants_bad_words_left_out() {
+        assert_eq!(
+            guest_words("ping=10.0.0.1 wget=http://[fd00::1]:8080/?a=b ping=10.0.0.2"),
+            [
+                "weft.ping=10.0.0.1,10.0.0.2",
+                "weft.wget=http://[fd00::1]:8080/?a=b"
+            ]
+        );
+        assert_eq!(
+            guest_words(r#"ping="x init=/bin/sh ping=a;b wget=\\ nope=1 ping= httpd=80"#),
+            ["weft.httpd=80"]
+        );
+        // Several targets in one word, as examples/ipv6/vm.yaml.
+        assert_eq!(
+            guest_words("ping=172.31.255.254,fd00:31::fe"),
+            ["weft.ping=172.31.255.254,fd00:31::fe"]
+        );
+        assert!(guest_words("").is_empty());
+    }
+
+    #[test]
+    fn a_static_address_names_a_mac_and_an_ipv4_cidr() {
+        assert_eq!(
+            guest_words(
+                "addr=02:00:00:0C:00:02=10.99.0.2/24 addr=02:00:00:0c:00:03=10.99.0.3/24,02:00:00:0c:00:04=10.99.1.4/24"
+            ),
+            [
+                "weft.addr=02:00:00:0c:00:02=10.99.0.2/24,02:00:00:0c:00:03=10.99.0.3/24,02:00:00:0c:00:04=10.99.1.4/24"
+            ]
+        );
+        for bad in [
+            "addr=02:00:00:0c:00=10.99.0.2/24",
+            "addr=02:00:00:0c:00:0g=10.99.0.2/24",
+            "addr=02:00:00:0c:00:02=10.99.0.2",
+            "addr=02:00:00:0c:00:02=fd00::2/64",
+            "addr=02:00:00:0c:00:02",
+            "addr=02:00:00:0c:00:02=10.99.0.2/24,x",
+            "addr=02:00:00:0c:00:02=10.99.0.2/24,",
+        ] {
+            assert!(guest_words(bad).is_empty(), "{bad}");
+        }
+    }
 }
