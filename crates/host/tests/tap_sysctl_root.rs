@@ -90,9 +90,8 @@ fn sysctls_are_per_namespace() {
         .ns
         .run_in(|| -> weft_host::Result<Vec<String>> {
             // A new namespace starts from the host's IPv4 forwarding (with the kernel's default
-            // `net.core.devconf_inherit_init_net`), which other tests' podman may have turned on:
-            // turn it off and on here, so the host's value, checked below, proves isolation
-            // either way.
+            // `net.core.devconf_inherit_init_net`), and a CI machine once had it on: turn it off
+            // and on here, so the host's value, checked below, proves isolation either way.
             write_sysctl("net/ipv4/ip_forward", "0")?;
             let off = read_sysctl("net/ipv4/ip_forward")?;
             write_sysctl("net/ipv4/ip_forward", "1")?;

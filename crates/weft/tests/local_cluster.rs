@@ -197,21 +197,19 @@ spec:
 /// there was nothing to lease, and the VM counts as up anyway), and vm3, with only a static
 /// address there too, reaches it over that network.
 fn l2_only_network(state: &std::path::Path) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let l2 = loop {
-        let vmi = vmi_json(state, "vm2");
-        let nic = vmi["status"]["interfaces"]
+    let l2_nic = || {
+        vmi_json(state, "vm2")["status"]["interfaces"]
             .as_array()
-            .and_then(|nics| nics.iter().find(|i| i["name"] == "l2").cloned());
-        if let Some(nic) = nic.filter(|n| n["ipAddress"] == "10.99.0.2") {
-            break nic;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "vm2's l2 NIC never showed its static address: {vmi}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(500));
+            .and_then(|nics| nics.iter().find(|i| i["name"] == "l2").cloned())
     };
+    assert!(
+        common::runtime::wait_for(std::time::Duration::from_secs(60), || {
+            l2_nic().is_some_and(|nic| nic["ipAddress"] == "10.99.0.2")
+        }),
+        "vm2's l2 NIC never showed its static address: {}",
+        vmi_json(state, "vm2")
+    );
+    let l2 = l2_nic().expect("vm2's l2 NIC");
     assert_eq!(l2["mac"], "02:00:00:0c:00:02", "{l2}");
     let source = l2["infoSource"].as_str().unwrap_or("");
     assert!(

@@ -695,7 +695,7 @@ mod tests {
         request.k8s.pod_namespace = "default".into();
         request.k8s.pod_name = "web".into();
         let record = weft_meta::CacheRecord::new(&request, Vec::new());
-        let cache_dir = Path::new(&agent.args.cache_dir).to_path_buf();
+        let cache_dir = agent.args.cache_dir.clone();
         super::super::records::write(&cache_dir, &record).unwrap();
         backend.take_calls();
 

@@ -43,7 +43,7 @@ pub fn check_words(vmi: &VirtualMachineInstance) -> Vec<String> {
 /// word per kind and splits it at commas). The annotation is a tenant's: a word of another
 /// kind, or a target with anything but the characters of addresses and URLs (a quote would
 /// run into the next kernel parameter), is left out; so is an `addr` that is not
-/// `<MAC>=<IPv4 CIDR>` (its MAC lowercased, as the guest's sysfs shows it).
+/// `<MAC>=<IPv4 CIDR>` (its MAC in the colon form the guest's sysfs shows).
 pub fn guest_words(annotation: &str) -> Vec<String> {
     let mut kinds: Vec<(&str, Vec<String>)> = Vec::new();
     for (kind, target) in annotation
@@ -78,7 +78,8 @@ fn safe_target(target: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b".:/%?&=@+~_-[],".contains(&b))
 }
 
-/// `<MAC>=<IPv4 CIDR>[,…]` as /init takes it (MACs lowercased), if every one is.
+/// `<MAC>=<IPv4 CIDR>[,…]` as /init takes it (MACs in the lowercase colon form the guest's
+/// sysfs shows), if every one is.
 fn static_address(target: &str) -> Option<String> {
     target
         .split(',')
@@ -89,13 +90,9 @@ fn static_address(target: &str) -> Option<String> {
 
 fn one_static_address(target: &str) -> Option<String> {
     let (mac, cidr) = target.split_once('=')?;
-    let octets: Vec<&str> = mac.split(':').collect();
-    let mac_ok = octets.len() == 6
-        && octets
-            .iter()
-            .all(|o| o.len() == 2 && o.bytes().all(|b| b.is_ascii_hexdigit()));
+    let mac: weft_cni::MacAddr = mac.parse().ok()?;
     let cidr: ipnet::Ipv4Net = cidr.parse().ok()?;
-    mac_ok.then(|| format!("{}={cidr}", mac.to_ascii_lowercase()))
+    Some(format!("{mac}={cidr}"))
 }
 
 /// The QEMU spec of `vmi`'s guest booting on `nics`, its files in `dir` (built the same way at
@@ -207,7 +204,7 @@ mod tests {
     fn a_static_address_names_a_mac_and_an_ipv4_cidr() {
         assert_eq!(
             guest_words(
-                "addr=02:00:00:0C:00:02=10.99.0.2/24 addr=02:00:00:0c:00:03=10.99.0.3/24,02:00:00:0c:00:04=10.99.1.4/24"
+                "addr=02:00:00:0C:00:02=10.99.0.2/24 addr=02:00:00:0c:00:03=10.99.0.3/24,02-00-00-0c-00-04=10.99.1.4/24"
             ),
             [
                 "weft.addr=02:00:00:0c:00:02=10.99.0.2/24,02:00:00:0c:00:03=10.99.0.3/24,02:00:00:0c:00:04=10.99.1.4/24"
