@@ -18,7 +18,9 @@
 //! `WEFT_BENCH_KUBECONFIG` (an API server of your own; see `meta_bench/kube.rs`) agents on the
 //! Kubernetes API join parts 1 and 1b (answering the ADD before the network-status write, the
 //! default there, and after it, `--network-status before-reply`, Multus' order; in part 1b also
-//! one whose writes do not yield to the node's other ADDs, `--writes-yield-ms 0`), the API requests
+//! one whose writes do not yield to the node's other ADDs, `--writes-yield-ms 0`); part 1 also
+//! gets the direct runner making an agent's two API writes for each ADD (`kube::Writer`: what
+//! those writes cost any component whose node shares cores with the control plane), the API requests
 //! per pod ADD and DEL are counted from the audit log, and an agent with many pods attached is
 //! restarted (time until it serves, requests it makes). Without it those are skipped.
 //!
@@ -356,15 +358,17 @@ fn main() -> Result<()> {
     }
     if parts.run("1") {
         let server_cpu = kube.as_ref().and_then(kube::Kube::server_cpu_ms);
-        add_del::run(&world, &agents, iterations)?;
+        let writer = kube.as_ref().map(kube::Writer::start).transpose()?;
+        add_del::run(&world, &agents, writer.as_ref(), iterations)?;
         let server_cpu_after = kube.as_ref().and_then(kube::Kube::server_cpu_ms);
         if let (Some(before), Some(after)) = (server_cpu, server_cpu_after) {
+            // Four Kubernetes agents and the direct runner that writes, each iteration and
+            // the 2 warm-ups.
+            let writing = (4 + usize::from(writer.is_some())) * (iterations + 2);
             println!(
-                "\nAPI server + etcd CPU during part 1: {:.0} ms, {:.1} ms per Kubernetes ADD+DEL ({} of them; its idle work included).",
+                "\nAPI server + etcd CPU during part 1: {:.0} ms, {:.1} ms per ADD+DEL that writes ({writing} of them; its idle work included).",
                 after - before,
-                (after - before) / (4 * (iterations + 2)) as f64,
-                // Four Kubernetes variants, each iteration and the 2 warm-ups.
-                4 * (iterations + 2)
+                (after - before) / writing as f64,
             );
         }
         if let (Some(kube), Some(k4), Some(k4_each)) = (&kube, &k4, &k4_each) {

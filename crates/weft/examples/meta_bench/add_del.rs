@@ -9,7 +9,8 @@ use weft_cni::{CniResult, CniRuntime, Delegate};
 use weft_meta::executor::runtime_conf;
 use weft_meta::{AttachmentRequest, DelegatePlan};
 
-use crate::world::World;
+use crate::kube::{WRITER_POD_SET, Writer};
+use crate::world::{self, World};
 use crate::{Agent, Netns, PLUGIN_DIR, SECONDARIES, agent_mean_ms, agent_time, cpu_ms, mean_ms, median_p90};
 
 /// What one ADD+DEL took; `master` is the eth0 (cluster network) ADD alone, direct only.
@@ -44,11 +45,13 @@ pub fn enter_node_netns(world: &World) -> Result<()> {
     Ok(())
 }
 
-/// ADD then DEL of the delegates one by one, as a runtime would without a meta-plugin.
+/// ADD then DEL of the delegates one by one, as a runtime would without a meta-plugin;
+/// `after_add` is told the ADD's results the moment it is done (the runner that writes).
 fn direct_add_del(
     cni: &CniRuntime<ProcessExec>,
     request: &AttachmentRequest,
     plans: &[DelegatePlan],
+    after_add: &mut dyn FnMut(&[CniResult]),
 ) -> Result<Timing> {
     let conf = |plan: &DelegatePlan| runtime_conf(request, plan, plan.cni_args.clone());
     let delegates = delegates_of(plans)?;
@@ -59,6 +62,7 @@ fn direct_add_del(
         results.push(d.add(cni, &conf(p))?);
         master.get_or_insert_with(|| started.elapsed());
     }
+    after_add(&results);
     let add = started.elapsed();
     let started = Instant::now();
     for ((d, p), r) in delegates.iter().zip(plans).zip(&results).rev() {
@@ -116,12 +120,39 @@ impl Samples {
     }
 }
 
-/// Run part 1 and print its tables. `agents`: (label, agent) of each shim variant.
-pub fn run(world: &World, agents: &[(&str, &Agent)], iterations: usize) -> Result<()> {
+/// The network-status and the per-pod `AddedInterface` message a weft agent writes for an ADD
+/// of `plans` with `results`.
+fn status_of(plans: &[DelegatePlan], results: &[CniResult]) -> (String, String) {
+    let statuses: Vec<_> = plans
+        .iter()
+        .zip(results)
+        .flat_map(|(plan, result)| {
+            weft_netconf::network_statuses(result, &plan.display_name, plan.is_master, None)
+        })
+        .collect();
+    let message: Vec<String> = statuses
+        .iter()
+        .map(weft::agent::pod_events::added_message)
+        .collect();
+    (
+        weft_netconf::format_network_status_annotation(&statuses),
+        message.join("; "),
+    )
+}
+
+/// Run part 1 and print its tables. `agents`: (label, agent) of each shim variant; with
+/// `writer`, a last variant: the direct runner making an agent's API writes for each ADD.
+pub fn run(
+    world: &World,
+    agents: &[(&str, &Agent)],
+    writer: Option<&Writer>,
+    iterations: usize,
+) -> Result<()> {
     let pod_ns = Netns::new(1)?;
     let cni = direct_cni();
     let warmup = 2;
-    let variants = agents.len() + 1;
+    let writes_variant = agents.len() + 1;
+    let variants = agents.len() + 1 + usize::from(writer.is_some());
     let mut samples: Vec<Samples> = (0..variants).map(|_| Samples::default()).collect();
     let mut agent_before = Vec::new();
     let mut direct_cpu = 0.0;
@@ -140,22 +171,38 @@ pub fn run(world: &World, agents: &[(&str, &Agent)], iterations: usize) -> Resul
             let variant = (i + k) % variants;
             let container = format!("mb{}i{i}v{variant}", std::process::id());
             let env = world.env("ADD", &container, &pod_ns.path(), "bench");
-            let timing = if variant == 0 {
+            let timing = if variant == 0 || variant == writes_variant {
                 let (request, plans) = world.plans(&agents[0].1.conf, &env, SECONDARIES)?;
                 ensure!(plans.len() == 1 + SECONDARIES as usize, "{} plans", plans.len());
                 let cpu_before = cpu_ms(std::process::id())?;
+                let mut pending = None;
+                let mut after_add = |results: &[CniResult]| {
+                    if let (true, Some(writer)) = (variant == writes_variant, writer) {
+                        let (value, message) = status_of(&plans, results);
+                        pending = Some(writer.write(
+                            &world::run_pod(&format!("{WRITER_POD_SET}-bench")),
+                            value,
+                            message,
+                        ));
+                    }
+                };
                 // On a thread of its own that enters the node netns (see `direct_cni`).
                 let timing = std::thread::scope(|scope| {
                     scope
                         .spawn(|| {
                             enter_node_netns(world)?;
-                            direct_add_del(&cni, &request, &plans)
+                            direct_add_del(&cni, &request, &plans, &mut after_add)
                         })
                         .join()
                         .map_err(|_| anyhow::anyhow!("the direct runner's thread panicked"))?
                 })?;
-                if i >= warmup {
+                if i >= warmup && variant == 0 {
                     direct_cpu += cpu_ms(std::process::id())? - cpu_before;
+                }
+                // Not into the next variant's window (the agents' writes are not waited for:
+                // they are done during their DEL).
+                if let Some(pending) = pending {
+                    pending.wait();
                 }
                 timing
             } else {
@@ -192,7 +239,8 @@ pub fn run(world: &World, agents: &[(&str, &Agent)], iterations: usize) -> Resul
     println!("|---|---|---|---|---|---|");
     let (direct_median, _) = median_p90(&samples[0].total);
     let labels = std::iter::once("direct, one by one, spawned in the node netns (baseline)")
-        .chain(agents.iter().map(|(l, _)| *l));
+        .chain(agents.iter().map(|(l, _)| *l))
+        .chain(writer.map(|_| "direct, making an agent's two API writes after each ADD (not waited for)"));
     for (label, s) in labels.zip(&samples) {
         let (median, p90) = median_p90(&s.total);
         println!(

@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -409,4 +410,136 @@ pub fn restart(world: &World, kube: &Kube, agent: Agent, tag: &str, pods: usize)
         deleted_all.as_secs_f64()
     );
     Ok(())
+}
+
+/// The pod set of the direct runner that writes ([`Writer`]): its pods are on node `n-dw`.
+pub const WRITER_POD_SET: &str = "dw";
+
+/// The API writes a weft agent makes for an ADD, made for the direct runner: the pod's
+/// network-status through `pods/status` (the pod read from a watch cache of its node's pods,
+/// as the agent reads it: weft's `write_status`) and one `AddedInterface` Event (weft's
+/// recorder), both sent when the ADD is done and not waited for, as the agent does. What the
+/// control plane costs any component that writes them, measured beside the agents.
+pub struct Writer {
+    jobs: tokio::sync::mpsc::UnboundedSender<Job>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Pod, network-status, Event message, and where to say the status update is done.
+type Job = (String, String, String, std::sync::mpsc::Sender<()>);
+
+/// A write the writer was given; [`Pending::wait`] returns when its status update is done.
+pub struct Pending(std::sync::mpsc::Receiver<()>);
+
+impl Pending {
+    /// Wait (at most 10 s) for the status update.
+    pub fn wait(self) {
+        let _ = self.0.recv_timeout(Duration::from_secs(10));
+    }
+}
+
+impl Writer {
+    /// A writer as the `weft-node` ServiceAccount of `kube`, in the host netns (the agents
+    /// reach the API server through the bench's relay: one loopback hop more).
+    pub fn start(kube: &Kube) -> Result<Self> {
+        use weft_store::{CachedStore, ListOptions, Resource, Store};
+        let kubeconfig = kube.kubeconfig.clone();
+        let (jobs, mut rx) = tokio::sync::mpsc::unbounded_channel::<Job>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+        let thread = std::thread::spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e.to_string()));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let identity = weft::cluster::Component::Node.identity();
+                let api: Arc<dyn Store> =
+                    match weft_store::KubeStore::from_kubeconfig(&kubeconfig, &identity).await {
+                        Ok(store) => Arc::new(store),
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e.to_string()));
+                            return;
+                        }
+                    };
+                let node = crate::world::node_of(Some(WRITER_POD_SET));
+                let cached = CachedStore::new(
+                    api.clone(),
+                    vec![(
+                        weft::kinds::Pod::resource_type(),
+                        ListOptions::default().field("spec.nodeName", &node),
+                    )],
+                );
+                if let Err(e) = cached.wait_synced(Duration::from_secs(30)).await {
+                    let _ = ready_tx.send(Err(e.to_string()));
+                    return;
+                }
+                let cached: Arc<dyn Store> = Arc::new(cached);
+                let recorder = weft::event_recorder::Recorder::new(
+                    api.clone(),
+                    "weft-node",
+                    weft::event_recorder::Limits::default(),
+                );
+                let _ = ready_tx.send(Ok(()));
+                while let Some((pod, value, message, done)) = rx.recv().await {
+                    let pod_ref = weft::kinds::ObjectReference {
+                        api_version: "v1".into(),
+                        kind: "Pod".into(),
+                        namespace: crate::NAMESPACE.into(),
+                        name: pod.clone(),
+                    };
+                    let (cached, api) = (cached.clone(), api.clone());
+                    tokio::spawn(async move {
+                        let written = weft::agent::status_writes::write_status(
+                            &cached,
+                            &api,
+                            crate::NAMESPACE,
+                            &pod,
+                            &value,
+                            None,
+                        )
+                        .await;
+                        if let Err(e) = written {
+                            eprintln!("direct runner's status write: {e}");
+                        }
+                        let _ = done.send(());
+                    });
+                    recorder.record(
+                        &pod_ref,
+                        weft::events::NORMAL,
+                        weft::agent::pod_events::ADDED_INTERFACE,
+                        &message,
+                    );
+                }
+            });
+        });
+        match ready_rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(Ok(())) => Ok(Self {
+                jobs,
+                thread: Some(thread),
+            }),
+            Ok(Err(e)) => bail!("the direct runner's writer: {e}"),
+            Err(_) => bail!("the direct runner's writer did not start in 60 s"),
+        }
+    }
+
+    /// Send pod `pod`'s network-status `value` and its Event (`message`); returns at once.
+    pub fn write(&self, pod: &str, value: String, message: String) -> Pending {
+        let (done, wait) = std::sync::mpsc::channel();
+        let _ = self.jobs.send((pod.to_string(), value, message, done));
+        Pending(wait)
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // Closing the queue ends the thread's loop.
+        let (closed, _) = tokio::sync::mpsc::unbounded_channel();
+        self.jobs = closed;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }

@@ -21,7 +21,15 @@ use crate::{
 /// its own pods there (`<tag>-…`), as on a cluster: pods shared by several agents would make
 /// their Event and network-status writes conflict (409 and a read more), and agents sharing a
 /// node would each decode every other agent's pod updates from their watches.
-pub const KUBE_POD_SETS: [&str; 6] = ["k1", "k4", "k1b", "k4b", "k4n", "k4y"];
+pub const KUBE_POD_SETS: [&str; 7] = [
+    "k1",
+    "k4",
+    "k1b",
+    "k4b",
+    "k4n",
+    "k4y",
+    crate::kube::WRITER_POD_SET,
+];
 /// The Kubernetes agents of the part-3 pods (`<tag>-rss-<i>`): `k4` runs the restart with
 /// all of them, `k4e` (Multus' Events, for the API server's CPU) half of them.
 pub const KUBE_RSS: [(&str, usize); 2] = [("k4", 1), ("k4e", 2)];
@@ -76,7 +84,7 @@ fn secondary_conf(world_host_local: &Path, n: u32) -> Value {
 
 /// The pod `name` of this run: pods in an API server outlive a run (without a kubelet a pod
 /// bound to a node is never finally deleted), so each run has its own.
-fn run_pod(name: &str) -> String {
+pub fn run_pod(name: &str) -> String {
     format!("r{}-{name}", std::process::id())
 }
 

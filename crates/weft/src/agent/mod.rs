@@ -11,7 +11,7 @@ pub mod journal;
 mod limits;
 pub mod local;
 mod metrics;
-mod pod_events;
+pub mod pod_events;
 mod records;
 mod routes;
 mod server;
