@@ -2,7 +2,8 @@
 //! `defaultNetworks`. The agent answers from its watch caches and a directory read; planning
 //! itself stays pure.
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
 
 use weft_netconf::NetworkAttachmentDefinition;
 
@@ -76,6 +77,101 @@ impl MemoryCatalog {
         self.paths.insert(path.into(), entry);
         self
     }
+
+    /// Whether one of its NADs names a device resource (planning then asks for the kubelet's
+    /// device allocations).
+    pub fn names_a_resource(&self) -> bool {
+        self.nads.values().any(|n| {
+            n.metadata
+                .annotations
+                .contains_key(weft_netconf::RESOURCE_NAME_ANNOTATION)
+        })
+    }
+}
+
+/// `inner`, noting every NAD planning asks for that `inner` does not hold. The agent plans
+/// against the NADs a request names, not a copy of every NAD of the cluster: it plans, fetches
+/// what was [`missing`](Self::into_missing), and plans again until nothing new is asked for
+/// (planning is pure and cheap; a NAD that is not there stays missing and is not fetched twice).
+pub struct RecordingCatalog<'a> {
+    inner: &'a MemoryCatalog,
+    missing: RefCell<BTreeSet<(String, String)>>,
+}
+
+impl<'a> RecordingCatalog<'a> {
+    /// Lookups answered from `inner`.
+    pub fn new(inner: &'a MemoryCatalog) -> Self {
+        Self {
+            inner,
+            missing: RefCell::default(),
+        }
+    }
+
+    /// The NADs `(namespace, name)` asked for and not in `inner`.
+    pub fn into_missing(self) -> BTreeSet<(String, String)> {
+        self.missing.into_inner()
+    }
+}
+
+impl NetworkCatalog for RecordingCatalog<'_> {
+    fn nad(&self, namespace: &str, name: &str) -> Option<&NetworkAttachmentDefinition> {
+        let found = self.inner.nad(namespace, name);
+        if found.is_none() {
+            self.missing
+                .borrow_mut()
+                .insert((namespace.to_owned(), name.to_owned()));
+        }
+        found
+    }
+    fn conf_dir_files(&self) -> &[(String, Vec<u8>)] {
+        self.inner.conf_dir_files()
+    }
+    fn path(&self, path: &str) -> PathEntry {
+        self.inner.path(path)
+    }
+    fn pod_devices(&self) -> Vec<PodDeviceEntry> {
+        self.inner.pod_devices()
+    }
+}
+
+/// Run `plan` with the NADs it names fetched by `fetch` (`None`: there is no such NAD) into
+/// `catalog`, which holds no NAD or some: plan, fetch what it asked for, plan again, until a
+/// pass asks for nothing new. Every pass fetches at least one NAD more or is the last, so
+/// there are at most as many passes as NADs named, plus one. The agent's loop is this one with
+/// an async fetch; this form is what tests hold planning to.
+pub fn plan_fetching<T>(
+    catalog: &mut MemoryCatalog,
+    mut fetch: impl FnMut(&str, &str) -> Option<NetworkAttachmentDefinition>,
+    mut plan: impl FnMut(&dyn NetworkCatalog) -> T,
+) -> T {
+    let mut fetched = BTreeSet::new();
+    loop {
+        let recording = RecordingCatalog::new(catalog);
+        let outcome = plan(&recording);
+        let wanted = next_fetches(recording, &fetched);
+        if wanted.is_empty() {
+            return outcome;
+        }
+        for (namespace, name) in wanted {
+            if let Some(nad) = fetch(&namespace, &name) {
+                catalog.nads.insert((namespace.clone(), name.clone()), nad);
+            }
+            fetched.insert((namespace, name));
+        }
+    }
+}
+
+/// What a pass of [`plan_fetching`] (or the agent's) must fetch next: the NADs it asked for
+/// that are neither held nor already fetched (and found missing). Empty: the pass is final.
+pub fn next_fetches(
+    recording: RecordingCatalog<'_>,
+    fetched: &BTreeSet<(String, String)>,
+) -> Vec<(String, String)> {
+    recording
+        .into_missing()
+        .into_iter()
+        .filter(|key| !fetched.contains(key))
+        .collect()
 }
 
 impl NetworkCatalog for MemoryCatalog {

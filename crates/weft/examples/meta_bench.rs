@@ -30,6 +30,8 @@
 //!
 //! `WEFT_BENCH_PARTS` (a comma-separated list of `1`, `1b`, `2`, `3`, `restart`; all when unset)
 //! runs only those parts, e.g. `WEFT_BENCH_PARTS=1b` for longer samples of the burst alone.
+//! `WEFT_BENCH_EXTRA_NADS=<n>` creates n NADs no bench pod selects beside the bench's own, as on
+//! a cluster with many tenants.
 //!
 //! The weft binary is `target/<profile>/weft` next to this example (built first if `cargo`
 //! started us), or `$WEFT_BIN`. Every namespace is named `wt-mb-<pid>-<n>` and deleted on

@@ -79,17 +79,19 @@ impl Kube {
                     return Ok(None);
                 }
             };
-        let applied = Command::new(&world.weft)
-            .arg("--kubeconfig")
-            .arg(&admin)
-            .args(["apply", "-f"])
-            .arg(&world.objects)
-            .output()?;
-        ensure!(
-            applied.status.success(),
-            "weft apply to the API server: {}",
-            String::from_utf8_lossy(&applied.stderr)
-        );
+        for file in &world.objects {
+            let applied = Command::new(&world.weft)
+                .arg("--kubeconfig")
+                .arg(&admin)
+                .args(["apply", "-f"])
+                .arg(file)
+                .output()?;
+            ensure!(
+                applied.status.success(),
+                "weft apply to the API server: {}",
+                String::from_utf8_lossy(&applied.stderr)
+            );
+        }
         forward_into(&world.node, &api_server_address(&kubeconfig)?)?;
         Ok(Some(Self {
             kubeconfig,

@@ -34,6 +34,17 @@ pub const KUBE_POD_SETS: [&str; 7] = [
 /// all of them, `k4e` (Multus' Events, for the API server's CPU) half of them.
 pub const KUBE_RSS: [(&str, usize); 2] = [("k4", 1), ("k4e", 2)];
 
+/// The variable naming how many NADs no bench pod selects are created beside the bench's own
+/// (0 when unset): what planning an ADD costs on a cluster with many tenants' NADs.
+pub const EXTRA_NADS_ENV: &str = "WEFT_BENCH_EXTRA_NADS";
+
+fn extra_nads() -> Result<u32> {
+    match std::env::var(EXTRA_NADS_ENV) {
+        Ok(n) => n.parse().with_context(|| format!("{EXTRA_NADS_ENV}={n}")),
+        Err(_) => Ok(0),
+    }
+}
+
 /// The node of the agent `tag` (`None`: the embedded store's agents).
 pub fn node_of(tag: Option<&str>) -> String {
     tag.map_or_else(|| "n1".to_string(), |tag| format!("n-{tag}"))
@@ -50,8 +61,8 @@ pub struct World {
     pub cluster_file: PathBuf,
     pub host_local: PathBuf,
     pub node: Netns,
-    /// The NADs and pods (YAML), as applied to the embedded store.
-    pub objects: PathBuf,
+    /// The files of NADs and pods, as applied to the embedded store.
+    pub objects: Vec<PathBuf>,
 }
 
 fn bridge_conf(name: &str, bridge: &str, subnet: &str, data_dir: &Path, gateway: bool) -> Value {
@@ -126,6 +137,18 @@ impl World {
                 nad_name(n)
             );
         }
+        // NADs no bench pod selects, as a cluster with many tenants has (`EXTRA_NADS_ENV`): a
+        // JSON List of their own (`apply` takes at most 1,024 YAML documents per file).
+        let extra: Vec<Value> = (0..extra_nads()?)
+            .map(|n| {
+                let config = secondary_conf(&host_local, SECONDARIES + 1)
+                    .to_string()
+                    .replace(&nad_name(SECONDARIES + 1), &format!("other-{n}"));
+                json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+                    "metadata": {"name": format!("other-{n}"), "namespace": NAMESPACE},
+                    "spec": {"config": config}})
+            })
+            .collect();
         let sets = std::iter::once(None).chain(KUBE_POD_SETS.map(Some));
         for tag in sets {
             let (prefix, node) = (tag.map_or_else(String::new, |t| format!("{t}-")), node_of(tag));
@@ -143,8 +166,15 @@ impl World {
                 manifests += &pod_manifest(&name, RSS_SECONDARIES, &node_of(Some(tag)));
             }
         }
-        let file = state.join("objects.yaml");
-        std::fs::write(&file, manifests)?;
+        let mut objects = vec![state.join("objects.yaml")];
+        std::fs::write(&objects[0], manifests)?;
+        if !extra.is_empty() {
+            objects.push(state.join("extra-nads.json"));
+            std::fs::write(
+                &objects[1],
+                json!({"apiVersion": "v1", "kind": "List", "items": extra}).to_string(),
+            )?;
+        }
         // `apply` opens a running store only: create it first.
         let init = Command::new(&weft)
             .arg("--state-dir")
@@ -156,17 +186,19 @@ impl World {
             "weft init: {}",
             String::from_utf8_lossy(&init.stderr)
         );
-        let applied = Command::new(&weft)
-            .arg("--state-dir")
-            .arg(state)
-            .args(["apply", "-f"])
-            .arg(&file)
-            .output()?;
-        ensure!(
-            applied.status.success(),
-            "weft apply: {}",
-            String::from_utf8_lossy(&applied.stderr)
-        );
+        for file in &objects {
+            let applied = Command::new(&weft)
+                .arg("--state-dir")
+                .arg(state)
+                .args(["apply", "-f"])
+                .arg(file)
+                .output()?;
+            ensure!(
+                applied.status.success(),
+                "weft apply: {}",
+                String::from_utf8_lossy(&applied.stderr)
+            );
+        }
         Ok(Self {
             state: state.to_path_buf(),
             bin,
@@ -176,7 +208,7 @@ impl World {
             cluster_file,
             host_local,
             node: Netns::new(0)?,
-            objects: file,
+            objects,
         })
     }
 

@@ -13,7 +13,7 @@ use weft_meta::{
     PathEntry,
 };
 use weft_netconf::NetworkAttachmentDefinition;
-use weft_store::{Api, ListOptions};
+use weft_store::Api;
 
 use super::Agent;
 use super::routes::NetnsRouteEditor;
@@ -199,40 +199,12 @@ fn path_entry(path: &str) -> PathEntry {
     }
 }
 
-/// A snapshot of what planning may look up: the NADs (from the store or its watch cache), the
-/// conf dir, and the files `clusterNetwork`/`defaultNetworks` name.
-async fn catalog(agent: &Agent, config: &MetaConfig) -> Result<MemoryCatalog, CniError> {
-    let nads = Api::<NetworkAttachmentDefinition>::all(agent.store.clone())
-        .list(&ListOptions::default())
-        .await
-        .map_err(|e| {
-            CniError::new(codes::TRY_AGAIN_LATER, "cannot list NetworkAttachmentDefinitions")
-                .with_details(e.to_string())
-        })?;
-    let mut catalog = MemoryCatalog {
-        nads: nads
-            .into_iter()
-            .map(|n| {
-                (
-                    (
-                        n.metadata.namespace.clone().unwrap_or_default(),
-                        n.metadata.name.clone(),
-                    ),
-                    n,
-                )
-            })
-            .collect(),
-        ..Default::default()
-    };
-    let names_a_resource = catalog.nads.values().any(|n| {
-        n.metadata
-            .annotations
-            .contains_key(weft_netconf::RESOURCE_NAME_ANNOTATION)
-    });
-    // Every file of the snapshot in one trip to the blocking pool.
+/// What planning may look up besides NADs: the conf dir and the files `clusterNetwork` /
+/// `defaultNetworks` name, in one trip to the blocking pool. NADs are fetched as planning names
+/// them ([`plan_with_nads`]).
+async fn files_catalog(config: &MetaConfig) -> Result<MemoryCatalog, CniError> {
     let (conf_dir, paths) = (config.conf_dir.clone(), config.static_paths());
-    let checkpoint = names_a_resource.then(|| config.device_checkpoint_file.clone());
-    (catalog.conf_dir_files, catalog.paths, catalog.devices) = blocking(move || {
+    let (conf_dir_files, paths) = blocking(move || {
         let conf_dir_files = super::autoconf::read_dir_files(Path::new(&conf_dir));
         let paths = paths
             .into_iter()
@@ -241,13 +213,67 @@ async fn catalog(agent: &Agent, config: &MetaConfig) -> Result<MemoryCatalog, Cn
                 (path, entry)
             })
             .collect();
-        let devices = checkpoint
-            .map(|file| device_allocations(&file))
-            .unwrap_or_default();
-        (conf_dir_files, paths, devices)
+        (conf_dir_files, paths)
     })
     .await?;
-    Ok(catalog)
+    Ok(MemoryCatalog {
+        conf_dir_files,
+        paths,
+        ..Default::default()
+    })
+}
+
+/// Most NADs one planning may fetch: far more than any pod names, so only a planner that kept
+/// naming new ones (a bug) reaches it.
+const MAX_FETCHED_NADS: usize = 4096;
+
+/// Run `plan` (pure) with the NADs it names, read from the store (the agent's watch cache) as it
+/// names them: plan, fetch what it asked for, plan again until it asks for nothing new
+/// (`weft_meta::plan_fetching`, with the store's async reads). A request costs the NADs it
+/// names, not a copy of every NAD of the cluster. The kubelet's device allocations are read
+/// when a NAD fetched names a resource.
+async fn plan_with_nads<T>(
+    agent: &Agent,
+    config: &MetaConfig,
+    mut plan: impl FnMut(&dyn weft_meta::NetworkCatalog) -> T,
+) -> Result<T, CniError> {
+    let mut catalog = files_catalog(config).await?;
+    let (mut fetched, mut devices_read) = (std::collections::BTreeSet::new(), false);
+    loop {
+        if !devices_read && catalog.names_a_resource() {
+            let file = config.device_checkpoint_file.clone();
+            catalog.devices = blocking(move || device_allocations(&file)).await?;
+            devices_read = true;
+        }
+        let recording = weft_meta::RecordingCatalog::new(&catalog);
+        let outcome = plan(&recording);
+        let wanted = weft_meta::next_fetches(recording, &fetched);
+        if wanted.is_empty() {
+            return Ok(outcome);
+        }
+        if fetched.len() + wanted.len() > MAX_FETCHED_NADS {
+            return Err(internal(
+                "planning named too many NetworkAttachmentDefinitions",
+                format!("more than {MAX_FETCHED_NADS}"),
+            ));
+        }
+        for (namespace, name) in wanted {
+            let nad = Api::<NetworkAttachmentDefinition>::namespaced(agent.store.clone(), &namespace)
+                .get(&name)
+                .await
+                .map_err(|e| {
+                    CniError::new(
+                        codes::TRY_AGAIN_LATER,
+                        format!("cannot read NetworkAttachmentDefinition {namespace}/{name}"),
+                    )
+                    .with_details(e.to_string())
+                })?;
+            if let Some(nad) = nad {
+                catalog.nads.insert((namespace.clone(), name.clone()), nad);
+            }
+            fetched.insert((namespace, name));
+        }
+    }
 }
 
 /// The kubelet's device allocations from its checkpoint file. A missing file means no devices
@@ -337,8 +363,11 @@ async fn add(agent: &Agent, config: &MetaConfig, request: &AttachmentRequest) ->
         Some(pod) => PodLookup::Found(pod),
         None => PodLookup::NotFound,
     };
-    let catalog = catalog(agent, config).await?;
-    let (plans, record) = match decide_add(config, request, lookup, &catalog).map_err(|e| e.to_cni_error())? {
+    let decision = plan_with_nads(agent, config, |catalog| {
+        decide_add(config, request, lookup, catalog)
+    })
+    .await?;
+    let (plans, record) = match decision.map_err(|e| e.to_cni_error())? {
         AddDecision::Synthetic(result) => {
             return weft_cni::result_to_value(&result, weft_cni::CniVersion::LATEST)
                 .map_err(|e| internal("result", e));
@@ -472,18 +501,20 @@ async fn del_plan_looked_up(
         Some(pod) => PodLookup::Found(pod),
         None => PodLookup::NotFound,
     };
+    let decide = |catalog: &dyn weft_meta::NetworkCatalog| {
+        decide_del_plan(config, request, cached.as_deref(), lookup, catalog)
+    };
     // With a (corrupt) record, DEL needs no API object: it must work while the API server is
     // down.
-    let catalog = match catalog(agent, config).await {
-        Ok(catalog) => catalog,
+    let decided = match plan_with_nads(agent, config, decide).await {
+        Ok(decided) => decided,
         Err(e) if cached.is_some() => {
             tracing::warn!(container = %request.container_id, "DEL without the store ({}): using the cache only", e.msg);
-            MemoryCatalog::default()
+            decide(&MemoryCatalog::default())
         }
         Err(e) => return Err(e),
     };
-    decide_del_plan(config, request, cached.as_deref(), lookup, &catalog)
-        .map_err(|e| CniError::new(plan_error_code(&e), e.to_string()))
+    decided.map_err(|e| CniError::new(plan_error_code(&e), e.to_string()))
 }
 
 async fn cached_record(agent: &Agent, container_id: &str) -> Result<CacheRecord, CniError> {
@@ -510,7 +541,10 @@ async fn check(agent: &Agent, request: &AttachmentRequest) -> Result<(), CniErro
 }
 
 /// The configuration's own networks (cluster network, default networks), planned without a pod.
-fn static_plans(config: &MetaConfig, catalog: &MemoryCatalog) -> Result<Vec<DelegatePlan>, CniError> {
+fn static_plans(
+    config: &MetaConfig,
+    catalog: &dyn weft_meta::NetworkCatalog,
+) -> Result<Vec<DelegatePlan>, CniError> {
     let request = AttachmentRequest {
         ifname: "eth0".into(),
         ..Default::default()
@@ -522,9 +556,8 @@ fn static_plans(config: &MetaConfig, catalog: &MemoryCatalog) -> Result<Vec<Dele
 }
 
 async fn status(agent: &Agent, config: &MetaConfig) -> Result<(), CniError> {
-    let catalog = catalog(agent, config).await?;
     // Every network this node uses: the configuration's own, and every one attached to a pod.
-    let mut plans = static_plans(config, &catalog)?;
+    let mut plans = plan_with_nads(agent, config, |catalog| static_plans(config, catalog)).await??;
     for record in cached_records_of(agent).await? {
         for delegate in record.delegates {
             if !plans.iter().any(|p| p.network_name() == delegate.network_name()) {
@@ -623,12 +656,13 @@ pub async fn reconcile_pod_networks(
         uid: pod.metadata.uid.clone().unwrap_or_default(),
         annotations: pod.metadata.annotations.clone(),
     };
-    let catalog = catalog(agent, &config).await?;
     let mut changes = 0;
     for element in &to_add {
-        let plan =
-            weft_meta::plan_hotplug_add(&config, &request, &meta_pod, element, &record.delegates, &catalog)
-                .map_err(|e| CniError::new(codes::OBJECT_INVALID, e.to_string()))?;
+        let plan = plan_with_nads(agent, &config, |catalog| {
+            weft_meta::plan_hotplug_add(&config, &request, &meta_pod, element, &record.delegates, catalog)
+        })
+        .await?
+        .map_err(|e| CniError::new(codes::OBJECT_INVALID, e.to_string()))?;
         let (req, plans) = (request.clone(), vec![plan.clone()]);
         let outcome = execute(agent, move |executor| executor.add(&req, &plans))
             .await?
@@ -710,5 +744,80 @@ mod tests {
         // there is nothing to tear down.
         del(&agent, &config, &request).await.unwrap();
         assert_eq!(backend.calls("get"), 1, "{:?}", backend.take_calls());
+    }
+
+    /// Planning an ADD reads the NADs the request names, one GET each (answered by the watch
+    /// cache on a node), not every NAD of the cluster: 200 other NADs cost it nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_add_reads_only_the_nads_it_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Arc::new(weft_store::double::StoreDouble::default());
+        let agent = super::super::test_agent::on(backend.clone(), backend.clone(), dir.path());
+        let nad = |namespace: &str, name: &str| {
+            let mut nad = NetworkAttachmentDefinition::default();
+            nad.metadata.namespace = Some(namespace.into());
+            nad.metadata.name = name.into();
+            nad.spec.config = format!(r#"{{"cniVersion":"1.0.0","name":"{name}","type":"bridge"}}"#);
+            nad
+        };
+        let mut nads = vec![
+            nad("kube-system", "cluster"),
+            nad("tenant", "a"),
+            nad("tenant", "b"),
+        ];
+        nads.extend((0..200).map(|n| nad("tenant", &format!("other-{n}"))));
+        for nad in &nads {
+            Api::<NetworkAttachmentDefinition>::namespaced(backend.clone(), "tenant")
+                .create(nad)
+                .await
+                .unwrap();
+        }
+        let config =
+            MetaConfig::parse(br#"{"cniVersion":"1.0.0","name":"weft","clusterNetwork":"cluster"}"#).unwrap();
+        let mut request = AttachmentRequest {
+            container_id: "c1".into(),
+            netns: "/var/run/netns/none".into(),
+            ifname: "eth0".into(),
+            ..Default::default()
+        };
+        request.k8s.pod_namespace = "tenant".into();
+        request.k8s.pod_name = "web".into();
+        let pod = weft_meta::Pod {
+            namespace: "tenant".into(),
+            name: "web".into(),
+            uid: String::new(),
+            annotations: [(
+                weft_netconf::NETWORKS_ANNOTATION.to_string(),
+                "a,b@net5".to_string(),
+            )]
+            .into(),
+        };
+        backend.take_calls();
+
+        let decision = plan_with_nads(&agent, &config, |catalog| {
+            decide_add(&config, &request, PodLookup::Found(&pod), catalog)
+        })
+        .await
+        .unwrap();
+        let Ok(AddDecision::Run { plans, .. }) = decision else {
+            panic!("{decision:?}");
+        };
+        let planned: Vec<_> = plans
+            .iter()
+            .map(|p| (p.network_name(), p.ifname.clone()))
+            .collect();
+        assert_eq!(
+            planned,
+            [
+                ("cluster", "eth0".to_string()),
+                ("a", "net1".to_string()),
+                ("b", "net5".to_string())
+            ]
+        );
+        assert_eq!(
+            backend.take_calls(),
+            [("get", 3)].into(),
+            "one GET per NAD named, no LIST"
+        );
     }
 }
