@@ -5,10 +5,10 @@
 //!
 //! Records read or written are also kept decoded in memory, each with the identity of the file
 //! it came from (device, inode, size, modification and change times): a read of an unchanged
-//! record is a `stat(2)`, not a JSON decode. That matters because the hot-plug reconciler looks
-//! at a pod's records on every change of the pod, and finding a pod's records means looking at
-//! every record of the node; the deferred network-status writer reads a record several times
-//! per write. The file stays the truth: a record replaced or edited by anyone else is a new
+//! record is a `stat(2)`, not a JSON decode, and finding a pod's records passes over the ones
+//! known to be other pods' without even that ([`of_pod`]). That matters because the hot-plug
+//! reconciler looks at a pod's records on every change of the pod; the deferred
+//! network-status writer reads a record several times per write. The file stays the truth: a record replaced or edited by anyone else is a new
 //! identity and is read again, and a removed one is gone.
 
 use std::collections::HashMap;
@@ -176,8 +176,13 @@ pub fn replace(dir: &Path, record: &CacheRecord) -> std::io::Result<bool> {
     write_unlocked(dir, record).map(|()| true)
 }
 
-/// The readable records in `cache_dir` that `keep` selects (each cloned only when kept).
-fn select(cache_dir: &Path, keep: impl Fn(&CacheRecord) -> bool) -> Vec<CacheRecord> {
+/// The readable records in `cache_dir` that `keep` selects (each cloned only when kept); files
+/// `look` turns down are not even looked at.
+fn select(
+    cache_dir: &Path,
+    look: impl Fn(&Path) -> bool,
+    keep: impl Fn(&CacheRecord) -> bool,
+) -> Vec<CacheRecord> {
     let mut names: Vec<String> = std::fs::read_dir(cache_dir)
         .map(|entries| {
             entries
@@ -195,7 +200,11 @@ fn select(cache_dir: &Path, keep: impl Fn(&CacheRecord) -> bool) -> Vec<CacheRec
         .iter()
         .filter_map(|name| {
             let container = name.strip_suffix(".json")?;
-            let record = load(&cache_dir.join(name), container).ok().flatten()?;
+            let path = cache_dir.join(name);
+            if !look(&path) {
+                return None;
+            }
+            let record = load(&path, container).ok().flatten()?;
             keep(&record).then(|| (*record).clone())
         })
         .collect()
@@ -203,12 +212,25 @@ fn select(cache_dir: &Path, keep: impl Fn(&CacheRecord) -> bool) -> Vec<CacheRec
 
 /// Every readable record in `cache_dir` (one per attached sandbox).
 pub fn all(cache_dir: &Path) -> Vec<CacheRecord> {
-    select(cache_dir, |_| true)
+    select(cache_dir, |_| true, |_| true)
 }
 
 /// The readable records in `cache_dir` of pod `namespace`/`name` (its sandboxes on this node).
+/// A record names one pod for its life (its sandbox's): a record known decoded as another
+/// pod's is passed over without a `stat`, so a pod's change costs a directory read and a look
+/// at its own records, not one at every record of the node. ([`all`], the resync's read, looks
+/// at every file.)
 pub fn of_pod(cache_dir: &Path, namespace: &str, name: &str) -> Vec<CacheRecord> {
-    select(cache_dir, |record| record.is_pod(namespace, name))
+    let others: std::collections::HashSet<PathBuf> = decoded()
+        .iter()
+        .filter(|(path, (_, record))| path.parent() == Some(cache_dir) && !record.is_pod(namespace, name))
+        .map(|(path, _)| path.clone())
+        .collect();
+    select(
+        cache_dir,
+        |path| !others.contains(path),
+        |record| record.is_pod(namespace, name),
+    )
 }
 
 /// Record that the pod's network-status holds `written`, if that is still the value pending
@@ -407,6 +429,29 @@ mod tests {
         assert!(!replace(dir, &record("c2", "db", None)).unwrap());
         assert_eq!(read(dir, "c2"), None);
         assert_eq!(ids(all(dir)), ["c1", "c3"]);
+    }
+
+    #[test]
+    fn a_pods_records_are_found_without_a_look_at_other_pods_known_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path();
+        for (container, pod) in [("c1", "web"), ("c2", "db")] {
+            write(dir, &record(container, pod, None)).unwrap();
+        }
+        let ids = |records: Vec<CacheRecord>| -> Vec<String> {
+            records.into_iter().map(|r| r.container_id).collect()
+        };
+        // A record this process never decoded (another agent's, before a restart) is looked at.
+        std::fs::write(path(dir, "c3"), record("c3", "web", None).to_bytes()).unwrap();
+        assert_eq!(ids(of_pod(dir, "default", "web")), ["c1", "c3"]);
+        // c2 is known as db's: a web lookup passes it over, even if someone rewrote it as a
+        // web record behind the agent's back (a sandbox's record never changes pods)...
+        std::fs::write(path(dir, "c2"), record("c2", "web", None).to_bytes()).unwrap();
+        assert_eq!(ids(of_pod(dir, "default", "web")), ["c1", "c3"]);
+        // ... until a read of every record (the resync's) sees the new file.
+        assert_eq!(ids(all(dir)), ["c1", "c2", "c3"]);
+        assert_eq!(ids(of_pod(dir, "default", "web")), ["c1", "c2", "c3"]);
+        assert!(of_pod(dir, "default", "db").is_empty());
     }
 
     #[tokio::test]
