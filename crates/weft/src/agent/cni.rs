@@ -227,6 +227,22 @@ async fn files_catalog(config: &MetaConfig) -> Result<MemoryCatalog, CniError> {
 /// naming new ones (a bug) reaches it.
 const MAX_FETCHED_NADS: usize = 4096;
 
+/// What planning has looked up so far: the files, the NADs fetched, and whether the kubelet's
+/// device allocations were read. One per request, or per hot-plug pass (its elements share it).
+struct Snapshot {
+    catalog: MemoryCatalog,
+    devices_read: bool,
+}
+
+impl Snapshot {
+    async fn of(config: &MetaConfig) -> Result<Self, CniError> {
+        Ok(Self {
+            catalog: files_catalog(config).await?,
+            devices_read: false,
+        })
+    }
+}
+
 /// Run `plan` (pure) with the NADs it names, read from the store (the agent's watch cache) as it
 /// names them: plan, fetch what it asked for, plan again until it asks for nothing new
 /// (`weft_meta::plan_fetching`, with the store's async reads). A request costs the NADs it
@@ -235,17 +251,26 @@ const MAX_FETCHED_NADS: usize = 4096;
 async fn plan_with_nads<T>(
     agent: &Agent,
     config: &MetaConfig,
+    plan: impl FnMut(&dyn weft_meta::NetworkCatalog) -> T,
+) -> Result<T, CniError> {
+    plan_in(agent, config, &mut Snapshot::of(config).await?, plan).await
+}
+
+/// [`plan_with_nads`] on a snapshot that may already hold some NADs (kept for the next plan).
+async fn plan_in<T>(
+    agent: &Agent,
+    config: &MetaConfig,
+    snapshot: &mut Snapshot,
     mut plan: impl FnMut(&dyn weft_meta::NetworkCatalog) -> T,
 ) -> Result<T, CniError> {
-    let mut catalog = files_catalog(config).await?;
-    let (mut fetched, mut devices_read) = (std::collections::BTreeSet::new(), false);
+    let mut fetched = std::collections::BTreeSet::new();
     loop {
-        if !devices_read && catalog.names_a_resource() {
+        if !snapshot.devices_read && snapshot.catalog.names_a_resource() {
             let file = config.device_checkpoint_file.clone();
-            catalog.devices = blocking(move || device_allocations(&file)).await?;
-            devices_read = true;
+            snapshot.catalog.devices = blocking(move || device_allocations(&file)).await?;
+            snapshot.devices_read = true;
         }
-        let recording = weft_meta::RecordingCatalog::new(&catalog);
+        let recording = weft_meta::RecordingCatalog::new(&snapshot.catalog);
         let outcome = plan(&recording);
         let wanted = weft_meta::next_fetches(recording, &fetched);
         if wanted.is_empty() {
@@ -269,7 +294,10 @@ async fn plan_with_nads<T>(
                     .with_details(e.to_string())
                 })?;
             if let Some(nad) = nad {
-                catalog.nads.insert((namespace.clone(), name.clone()), nad);
+                snapshot
+                    .catalog
+                    .nads
+                    .insert((namespace.clone(), name.clone()), nad);
             }
             fetched.insert((namespace, name));
         }
@@ -657,8 +685,10 @@ pub async fn reconcile_pod_networks(
         annotations: pod.metadata.annotations.clone(),
     };
     let mut changes = 0;
+    // One look at the files for the pass; the NADs its elements name are fetched as named.
+    let mut snapshot = Snapshot::of(&config).await?;
     for element in &to_add {
-        let plan = plan_with_nads(agent, &config, |catalog| {
+        let plan = plan_in(agent, &config, &mut snapshot, |catalog| {
             weft_meta::plan_hotplug_add(&config, &request, &meta_pod, element, &record.delegates, catalog)
         })
         .await?
