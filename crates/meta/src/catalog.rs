@@ -134,44 +134,76 @@ impl NetworkCatalog for RecordingCatalog<'_> {
     }
 }
 
+/// Planning with the NADs it names fetched as it names them: [`plan`](Self::plan) on a
+/// catalog, fetch what it asks for and record each with [`found`](Self::found), plan again,
+/// until a pass asks for nothing new. Every pass fetches at least one NAD more or is the last,
+/// so there are at most as many passes as NADs named, plus one. [`plan_fetching`] drives it
+/// with a sync fetch; the agent with its store's async reads.
+#[derive(Debug, Default)]
+pub struct NadFetches {
+    fetched: BTreeSet<(String, String)>,
+}
+
+impl NadFetches {
+    /// Plan on `catalog`: the outcome when planning asked for no NAD that `catalog` lacks and
+    /// was not fetched already (found missing), else the NADs `(namespace, name)` to fetch.
+    pub fn plan<T>(
+        &self,
+        catalog: &MemoryCatalog,
+        plan: impl FnOnce(&dyn NetworkCatalog) -> T,
+    ) -> Result<T, Vec<(String, String)>> {
+        let recording = RecordingCatalog::new(catalog);
+        let outcome = plan(&recording);
+        let wanted: Vec<_> = recording
+            .into_missing()
+            .into_iter()
+            .filter(|key| !self.fetched.contains(key))
+            .collect();
+        match wanted.is_empty() {
+            true => Ok(outcome),
+            false => Err(wanted),
+        }
+    }
+
+    /// Record the fetch of `key` into `catalog` (`None`: there is no such NAD).
+    pub fn found(
+        &mut self,
+        catalog: &mut MemoryCatalog,
+        key: (String, String),
+        nad: Option<NetworkAttachmentDefinition>,
+    ) {
+        if let Some(nad) = nad {
+            catalog.nads.insert(key.clone(), nad);
+        }
+        self.fetched.insert(key);
+    }
+
+    /// How many NADs were fetched so far.
+    pub fn count(&self) -> usize {
+        self.fetched.len()
+    }
+}
+
 /// Run `plan` with the NADs it names fetched by `fetch` (`None`: there is no such NAD) into
-/// `catalog`, which holds no NAD or some: plan, fetch what it asked for, plan again, until a
-/// pass asks for nothing new. Every pass fetches at least one NAD more or is the last, so
-/// there are at most as many passes as NADs named, plus one. The agent's loop is this one with
-/// an async fetch; this form is what tests hold planning to.
+/// `catalog`, which holds no NAD or some ([`NadFetches`] with a sync fetch: what tests hold
+/// planning to).
 pub fn plan_fetching<T>(
     catalog: &mut MemoryCatalog,
     mut fetch: impl FnMut(&str, &str) -> Option<NetworkAttachmentDefinition>,
     mut plan: impl FnMut(&dyn NetworkCatalog) -> T,
 ) -> T {
-    let mut fetched = BTreeSet::new();
+    let mut fetches = NadFetches::default();
     loop {
-        let recording = RecordingCatalog::new(catalog);
-        let outcome = plan(&recording);
-        let wanted = next_fetches(recording, &fetched);
-        if wanted.is_empty() {
-            return outcome;
-        }
-        for (namespace, name) in wanted {
-            if let Some(nad) = fetch(&namespace, &name) {
-                catalog.nads.insert((namespace.clone(), name.clone()), nad);
+        match fetches.plan(catalog, &mut plan) {
+            Ok(outcome) => return outcome,
+            Err(wanted) => {
+                for key in wanted {
+                    let nad = fetch(&key.0, &key.1);
+                    fetches.found(catalog, key, nad);
+                }
             }
-            fetched.insert((namespace, name));
         }
     }
-}
-
-/// What a pass of [`plan_fetching`] (or the agent's) must fetch next: the NADs it asked for
-/// that are neither held nor already fetched (and found missing). Empty: the pass is final.
-pub fn next_fetches(
-    recording: RecordingCatalog<'_>,
-    fetched: &BTreeSet<(String, String)>,
-) -> Vec<(String, String)> {
-    recording
-        .into_missing()
-        .into_iter()
-        .filter(|key| !fetched.contains(key))
-        .collect()
 }
 
 impl NetworkCatalog for MemoryCatalog {

@@ -24,7 +24,7 @@ pub mod teardown;
 pub use args::{K8sArgs, delegate_cni_args, join_cni_args};
 pub use aux_chain::{AuxChainError, PASSTHRU_TYPE, aux_chain_dir, resolve_aux_chain};
 pub use cache::{CACHE_VERSION, CacheError, CacheRecord, DelDecision, decide_del, gc_targets};
-pub use catalog::{MemoryCatalog, NetworkCatalog, PathEntry, RecordingCatalog, next_fetches, plan_fetching};
+pub use catalog::{MemoryCatalog, NadFetches, NetworkCatalog, PathEntry, RecordingCatalog, plan_fetching};
 pub use config::{ConfigError, LogLevel, MetaConfig, parse_global_namespaces};
 pub use devices::{
     DeviceAllocator, DeviceAttachment, DeviceError, PodDeviceEntry, cni_device_info_path, device_attachment,

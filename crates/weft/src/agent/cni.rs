@@ -245,7 +245,7 @@ impl Snapshot {
 
 /// Run `plan` (pure) with the NADs it names, read from the store (the agent's watch cache) as it
 /// names them: plan, fetch what it asked for, plan again until it asks for nothing new
-/// (`weft_meta::plan_fetching`, with the store's async reads). A request costs the NADs it
+/// (`weft_meta::NadFetches`, driven with the store's async reads). A request costs the NADs it
 /// names, not a copy of every NAD of the cluster. The kubelet's device allocations are read
 /// when a NAD fetched names a resource.
 async fn plan_with_nads<T>(
@@ -263,20 +263,18 @@ async fn plan_in<T>(
     snapshot: &mut Snapshot,
     mut plan: impl FnMut(&dyn weft_meta::NetworkCatalog) -> T,
 ) -> Result<T, CniError> {
-    let mut fetched = std::collections::BTreeSet::new();
+    let mut fetches = weft_meta::NadFetches::default();
     loop {
         if !snapshot.devices_read && snapshot.catalog.names_a_resource() {
             let file = config.device_checkpoint_file.clone();
             snapshot.catalog.devices = blocking(move || device_allocations(&file)).await?;
             snapshot.devices_read = true;
         }
-        let recording = weft_meta::RecordingCatalog::new(&snapshot.catalog);
-        let outcome = plan(&recording);
-        let wanted = weft_meta::next_fetches(recording, &fetched);
-        if wanted.is_empty() {
-            return Ok(outcome);
-        }
-        if fetched.len() + wanted.len() > MAX_FETCHED_NADS {
+        let wanted = match fetches.plan(&snapshot.catalog, &mut plan) {
+            Ok(outcome) => return Ok(outcome),
+            Err(wanted) => wanted,
+        };
+        if fetches.count() + wanted.len() > MAX_FETCHED_NADS {
             return Err(internal(
                 "planning named too many NetworkAttachmentDefinitions",
                 format!("more than {MAX_FETCHED_NADS}"),
@@ -293,13 +291,7 @@ async fn plan_in<T>(
                     )
                     .with_details(e.to_string())
                 })?;
-            if let Some(nad) = nad {
-                snapshot
-                    .catalog
-                    .nads
-                    .insert((namespace.clone(), name.clone()), nad);
-            }
-            fetched.insert((namespace, name));
+            fetches.found(&mut snapshot.catalog, (namespace, name), nad);
         }
     }
 }
@@ -739,6 +731,19 @@ mod tests {
 
     use super::*;
 
+    /// An eth0 request of sandbox `c1` for pod `namespace`/`name`.
+    fn request_of_pod(namespace: &str, name: &str) -> AttachmentRequest {
+        let mut request = AttachmentRequest {
+            container_id: "c1".into(),
+            netns: "/var/run/netns/none".into(),
+            ifname: "eth0".into(),
+            ..Default::default()
+        };
+        request.k8s.pod_namespace = namespace.into();
+        request.k8s.pod_name = name.into();
+        request
+    }
+
     /// A DEL with an intact attachment record runs from it alone: no read of the pod or the
     /// NADs (it must work while the API server is down, and a DEL on a busy node costs nothing
     /// it does not need). Without a record it looks the pod up to recompute.
@@ -750,14 +755,7 @@ mod tests {
         let config =
             MetaConfig::parse(br#"{"cniVersion":"1.0.0","name":"weft","clusterNetwork":"/nonexistent"}"#)
                 .unwrap();
-        let mut request = AttachmentRequest {
-            container_id: "c1".into(),
-            netns: "/var/run/netns/none".into(),
-            ifname: "eth0".into(),
-            ..Default::default()
-        };
-        request.k8s.pod_namespace = "default".into();
-        request.k8s.pod_name = "web".into();
+        let request = request_of_pod("default", "web");
         let record = weft_meta::CacheRecord::new(&request, Vec::new());
         let cache_dir = agent.args.cache_dir.clone();
         super::super::records::write(&cache_dir, &record).unwrap();
@@ -804,14 +802,7 @@ mod tests {
         }
         let config =
             MetaConfig::parse(br#"{"cniVersion":"1.0.0","name":"weft","clusterNetwork":"cluster"}"#).unwrap();
-        let mut request = AttachmentRequest {
-            container_id: "c1".into(),
-            netns: "/var/run/netns/none".into(),
-            ifname: "eth0".into(),
-            ..Default::default()
-        };
-        request.k8s.pod_namespace = "tenant".into();
-        request.k8s.pod_name = "web".into();
+        let request = request_of_pod("tenant", "web");
         let pod = weft_meta::Pod {
             namespace: "tenant".into(),
             name: "web".into(),

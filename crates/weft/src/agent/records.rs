@@ -221,14 +221,13 @@ pub fn all(cache_dir: &Path) -> Vec<CacheRecord> {
 /// at its own records, not one at every record of the node. ([`all`], the resync's read, looks
 /// at every file.)
 pub fn of_pod(cache_dir: &Path, namespace: &str, name: &str) -> Vec<CacheRecord> {
-    let others: std::collections::HashSet<PathBuf> = decoded()
-        .iter()
-        .filter(|(path, (_, record))| path.parent() == Some(cache_dir) && !record.is_pod(namespace, name))
-        .map(|(path, _)| path.clone())
-        .collect();
     select(
         cache_dir,
-        |path| !others.contains(path),
+        |path| {
+            decoded()
+                .get(path)
+                .is_none_or(|(_, record)| record.is_pod(namespace, name))
+        },
         |record| record.is_pod(namespace, name),
     )
 }
